@@ -1,0 +1,235 @@
+"""Validated configuration: engine, speculation, acceptance, workload and cost sections.
+
+Field names follow the engines' own vocabulary (TensorRT-LLM's ``speculative_config``, vLLM's
+``num_speculative_tokens_per_batch_size``). Every model forbids unknown keys, so a typo fails with
+one line that names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from specplan.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Section):
+    """The serving engine's capacity and scheduling settings (one replica)."""
+
+    engine: Literal["trtllm", "vllm"] = "trtllm"
+    max_batch_size: int = Field(64, ge=1)
+    max_num_tokens: int = Field(8192, ge=1)
+    max_num_active_requests: Optional[int] = Field(None, ge=1, description="defaults to max_batch_size")
+    kv_block_size: int = Field(32, ge=1)
+    kv_num_blocks: Optional[int] = Field(None, ge=1, description="total KV blocks; default from kv_budget_gb")
+    kv_budget_gb: Optional[float] = Field(None, gt=0, description="KV memory; default: GPU memory left after weights")
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
+    enable_chunked_prefill: bool = False
+    overlap_scheduler: bool = False
+
+
+DecodingType = Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO"]
+
+
+class SpeculationConfig(_Section):
+    """Model-free speculative decoding, spelled as TensorRT-LLM's ``speculative_config``.
+
+    ``decoding_type: none`` disables speculation. Where TensorRT-LLM and vLLM differ (schedule
+    lookup, verify width, which request count picks K) the setting is explicit here.
+    """
+
+    decoding_type: DecodingType = "NGram"
+    max_draft_len: int = Field(4, ge=0)
+    max_matching_ngram_size: int = 2
+    is_keep_all: bool = True
+    is_use_oldest: bool = True
+    is_public_pool: bool = True
+    enable_global_pool: bool = False
+    global_pool_size: Optional[int] = Field(None, ge=1)
+    prompt_lookup_min: Optional[int] = Field(None, ge=1)
+    prompt_lookup_max: Optional[int] = Field(None, ge=1)
+    suffix_max_tree_depth: int = Field(24, ge=1)
+    suffix_max_cached_requests: int = Field(10000, ge=0)
+    suffix_max_spec_factor: float = Field(1.0, ge=0)
+    suffix_max_spec_offset: float = 0.0
+    suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
+    pld_variant: Literal["reference", "hf"] = "reference"
+
+    draft_len_schedule: Optional[dict[int, int]] = None
+    num_speculative_tokens_per_batch_size: Optional[list[tuple[int, int, int]]] = None
+    schedule_lookup: Literal["upper_bound", "lower_bound"] = Field(
+        "upper_bound", description="TensorRT-LLM bisect_left (current) or the older bisect_right drafter lookup"
+    )
+    k_from: Literal["active", "scheduled"] = Field(
+        "active", description="TRT picks K from len(active_requests); vLLM from the previous step's scheduled count"
+    )
+    max_concurrency: Optional[int] = Field(None, ge=1)
+    verify_width: Optional[Literal["static", "runtime", "draft"]] = Field(
+        None, description="rows verified per generation request: 1+max_draft_len (NGram padding), 1+K, or 1+drafted"
+    )
+    acceptance_rate_window_size: Optional[int] = Field(None, ge=0)
+    acceptance_rate_threshold: Optional[float] = Field(None, ge=0, le=1)
+    gate_denominator: Literal["drafted", "padded"] = Field(
+        "drafted", description="SpeculationGate denominator: effective draft length (seed 000) or padded width"
+    )
+
+    @model_validator(mode="after")
+    def _engine_rules(self) -> "SpeculationConfig":
+        from specplan.simulator.control import validate_speculation
+
+        validate_speculation(self)
+        return self
+
+
+class AcceptanceConfig(_Section):
+    """Where acceptance comes from: a parametric oracle or the exact drafter replay."""
+
+    mode: Literal["alpha", "per_position", "length_dist", "drafter", "recorded"] = "drafter"
+    alpha: float = Field(0.6, ge=0, le=1)
+    per_position: Optional[list[float]] = None
+    length_dist: Optional[list[float]] = None
+    recorded_path: Optional[str] = None
+
+    @field_validator("per_position")
+    @classmethod
+    def _rates(cls, v):
+        if v is not None and (not v or any(not 0 <= x <= 1 for x in v)):
+            raise ValueError("per_position needs one or more conditional rates in [0, 1]")
+        return v
+
+    @field_validator("length_dist")
+    @classmethod
+    def _dist(cls, v):
+        if v is not None and (not v or any(x < 0 for x in v) or sum(v) <= 0):
+            raise ValueError("length_dist needs non-negative probabilities of accepting 0, 1, 2, ... tokens")
+        return v
+
+
+class WorkloadConfig(_Section):
+    """Traffic: which requests, and when they arrive."""
+
+    trace: Optional[str] = Field("specbench", description="bundled trace name or path; null for synthetic lengths")
+    arrival: Literal["poisson", "gamma", "closed_loop", "trace"] = "poisson"
+    rate: float = Field(2.0, gt=0, description="requests per second (poisson, gamma)")
+    cv: float = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
+    concurrency: int = Field(8, ge=1, description="closed-loop clients")
+    think_time_s: float = Field(0.0, ge=0)
+    num_requests: int = Field(200, ge=1)
+    prompt_len: int = Field(512, ge=1, description="synthetic prompt length when trace is null")
+    output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
+    sample_with_replacement: bool = False
+    categories: Optional[list[str]] = None
+
+
+class CostConfig(_Section):
+    """How a step is priced."""
+
+    model: Literal["linear_gamma", "table", "roofline", "linear", "profile"] = "roofline"
+    t_base_s: float | dict[int, float] = Field(0.01, description="linear_gamma: T(B, 1) in seconds, constant or table over B")
+    gamma: float | dict[int, float] = Field(0.1, description="linear_gamma: gamma, constant or table over B")
+    draft_cost_s: float = Field(0.0, ge=0, description="linear_gamma/table: drafting seconds per step")
+    table_s: Optional[dict[int, dict[int, float]]] = Field(None, description="table: step seconds by B then K")
+    gpu: str = "h200"
+    model_name: str = "llama-3.1-8b"
+    tp: int = Field(1, ge=1)
+    profile: Optional[str] = None
+    host_overhead_s: Optional[float] = Field(None, ge=0)
+    cuda_graph_padding: bool = True
+
+
+class SimConfig(_Section):
+    """A whole scenario: one engine replica serving one workload."""
+
+    seed: int = 0
+    engine: EngineConfig = EngineConfig()
+    speculation: SpeculationConfig = SpeculationConfig()
+    acceptance: AcceptanceConfig = AcceptanceConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    cost: CostConfig = CostConfig()
+    slo_ttft_s: Optional[float] = Field(None, gt=0)
+    slo_tpot_s: Optional[float] = Field(None, gt=0)
+    max_sim_time_s: Optional[float] = Field(None, gt=0)
+
+
+def format_validation_error(exc, source: str = "config") -> str:
+    """Turn a pydantic ValidationError into one line naming the dotted field."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling against the documented fields)"
+    return f"{source}: {loc or '<root>'}: {msg}"
+
+
+def set_dotted(data: dict, dotted: str, value) -> None:
+    """Set ``a.b.c = value`` inside nested dicts, creating sections as needed."""
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(items: list[str]) -> list[tuple[str, object]]:
+    """``section.key=value`` strings; values are parsed as YAML (``4``, ``true``, ``{4: 4, 8: 2}``)."""
+    import yaml
+
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item}: expected section.key=value")
+        key, raw = item.split("=", 1)
+        try:
+            out.append((key.strip(), yaml.safe_load(raw)))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: value is not valid YAML ({exc.problem})") from None
+    return out
+
+
+def read_yaml(path) -> dict:
+    """Read a YAML mapping; a syntax error names the file and line."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def build_config(data: dict, source: str = "config") -> SimConfig:
+    """Validate a mapping into a SimConfig; any problem becomes one ConfigError line."""
+    from pydantic import ValidationError
+
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_config(path=None, overrides: list[str] | None = None) -> SimConfig:
+    """The config at ``path`` (or the bundled default scenario) with ``--set`` overrides applied."""
+    from pathlib import Path
+
+    if path is None:
+        path = Path(__file__).parent / "data" / "default.yaml"
+    data = read_yaml(path)
+    for key, value in parse_overrides(overrides or []):
+        set_dotted(data, key, value)
+    return build_config(data, str(path))

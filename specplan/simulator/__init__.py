@@ -1,0 +1,1 @@
+"""One run: the SimPy executor loop, its scheduler and KV blocks, the control plane, metrics."""

@@ -1,0 +1,403 @@
+"""The executor timeline: one SimPy process replaying the engine's iteration loop.
+
+Per iteration, in TensorRT-LLM's order (``py_executor._executor_loop``):
+
+a. fetch arrived requests into the active set; K from the schedule;
+b. speculation on/off: schedule K == 0, the gate latched, or ``should_use_spec_decode``;
+c. placeholder drafts: generation requests cost 1 + K tokens and reserve KV for 1 + K;
+d. capacity and micro-batch scheduling (token budget, batch size, paged KV);
+e. draft (the oracle), padded to the verify width;
+f. verify forward, priced by the cost model (plus drafting on the critical path);
+g. accept and commit accepted + 1 tokens, rewind rejected KV;
+h. SpeculationGate update (one iteration late with the overlap scheduler).
+
+Each iteration is one ``env.timeout(step_time)``. State lives in numpy arrays indexed by request,
+and per-iteration work is vectorised over the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import simpy
+
+from specplan.cost_models.base import CostModel, StepBatch
+from specplan.errors import ConfigError
+from specplan.simulator.control import (
+    SpeculationGate,
+    draft_len_for_batch_size,
+    should_use_spec_decode,
+    vllm_schedule_table,
+)
+from specplan.simulator.kv import KVBlockPool
+from specplan.simulator.oracles import AcceptanceOracle
+from specplan.simulator.scheduler import fit_token_budget
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything the loop needs, resolved from the config (see ``specplan.simulator.run``)."""
+
+    max_batch_size: int
+    max_num_tokens: int
+    max_num_active_requests: int
+    kv_block_size: int
+    kv_num_blocks: int
+    policy: str  # GUARANTEED_NO_EVICT | MAX_UTILIZATION
+    chunked_prefill: bool
+    overlap_scheduler: bool
+    speculate: bool  # a drafter is configured at all
+    max_draft_len: int
+    draft_len_schedule: Optional[dict[int, int]] = None
+    vllm_ranges: Optional[tuple] = None
+    schedule_lookup: str = "upper_bound"
+    k_from: str = "active"
+    max_concurrency: Optional[int] = None
+    verify_width: str = "static"  # static | runtime | draft
+    gate_window: Optional[int] = None
+    gate_threshold: Optional[float] = None
+    gate_denominator: str = "drafted"
+    drafter: str = "none"
+
+
+@dataclass
+class Workload:
+    """Request lengths, arrivals and session order, as the loop sees them."""
+
+    prompt_lens: np.ndarray
+    output_lens: np.ndarray
+    arrivals: Optional[np.ndarray]  # open loop; None for closed loop
+    predecessor: np.ndarray  # index of the previous turn of the same session, -1 if none
+    concurrency: int = 0  # closed-loop clients
+    think_time: Optional[np.ndarray] = None  # per request: think time before it is sent (closed loop, sessions)
+
+
+@dataclass
+class Trace:
+    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``."""
+
+    iterations: list = field(default_factory=list)
+    emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
+    accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    gate_tripped_iteration: Optional[int] = None
+    gate_tripped_time: Optional[float] = None
+    preemptions: int = 0
+
+
+ITERATION_FIELDS = (
+    "iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
+    "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "kv_blocks_used",
+)
+
+
+class Executor:
+    """One engine replica: the SimPy executor loop plus the request frontend."""
+
+    def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
+                 cost: CostModel, max_sim_time: Optional[float] = None) -> None:
+        self.s = settings
+        self.w = workload
+        self.oracle = oracle
+        self.cost = cost
+        self.max_sim_time = max_sim_time
+        n = len(workload.prompt_lens)
+        self.n = n
+        self.plen = workload.prompt_lens.astype(np.int64)
+        self.olen = workload.output_lens.astype(np.int64)
+        self.arrival = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.computed = np.zeros(n, dtype=np.int64)  # context positions computed toward ctx_target
+        self.ctx_target = self.plen.copy()
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.started = np.zeros(n, dtype=bool)
+        self.reserved = np.zeros(n, dtype=np.int64)  # GUARANTEED_NO_EVICT reservations, in blocks
+        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, n)
+        self.k_static = settings.max_draft_len if settings.speculate else 0
+        self.gate = (
+            SpeculationGate(settings.gate_window, settings.gate_threshold)
+            if settings.gate_window and settings.gate_threshold is not None else None
+        )
+        self.vllm_table = (
+            vllm_schedule_table(settings.vllm_ranges, max(settings.max_batch_size, settings.max_num_active_requests),
+                                settings.max_draft_len)
+            if settings.vllm_ranges is not None else None
+        )
+        self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64))
+        self.env = simpy.Environment()
+        self.waiting: list[int] = []  # arrived, not yet active (FIFO)
+        self.active: list[int] = []  # admission order
+        self.done = 0
+        self._wakeup: Optional[simpy.Event] = None
+        self._pending_sample: Optional[tuple[float, float]] = None
+        self._last_scheduled = 0
+        self._successors: dict[int, list[int]] = {}
+        for rid, pred in enumerate(workload.predecessor.tolist()):
+            if pred >= 0:
+                self._successors.setdefault(pred, []).append(rid)
+        self._completion: dict[int, simpy.Event] = {}
+        self._check_fits()
+
+    def _check_fits(self) -> None:
+        """A request that can never fit in KV would wait forever: refuse the config up front."""
+        need = self.kv.blocks_for(self.plen + self.olen + self.k_static)
+        worst = int(need.argmax())
+        if need[worst] > self.kv.num_blocks:
+            raise ConfigError(
+                f"engine.kv_num_blocks: request {worst} needs {int(need[worst])} KV blocks "
+                f"({int(self.plen[worst] + self.olen[worst])} tokens) but the cache holds {self.kv.num_blocks}; "
+                "raise kv_num_blocks / kv_budget_gb or shorten the workload"
+            )
+
+    # ----------------------------------------------------------------- frontend
+    def _submit(self, rid: int) -> None:
+        self.arrival[rid] = self.env.now
+        self.waiting.append(rid)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _open_loop(self):
+        roots = np.flatnonzero(self.w.predecessor < 0)
+        order = roots[np.argsort(self.w.arrivals[roots], kind="stable")]
+        for rid in order.tolist():
+            delay = self.w.arrivals[rid] - self.env.now
+            if delay > 0:
+                yield self.env.timeout(delay)
+            self._submit(rid)
+
+    def _client(self, queue: list[int]):
+        """A closed-loop client: send a request, wait for it, think, send the next."""
+        while queue:
+            rid = queue.pop(0)
+            think = 0.0 if self.w.think_time is None else float(self.w.think_time[rid])
+            if think > 0:
+                yield self.env.timeout(think)
+            done = self.env.event()
+            self._completion[rid] = done
+            self._submit(rid)
+            yield done
+
+    def _session_followup(self, rid: int):
+        think = 0.0 if self.w.think_time is None else float(self.w.think_time[rid])
+        if think > 0:
+            yield self.env.timeout(think)
+        self._submit(rid)
+
+    def _on_finish(self, rids: np.ndarray) -> None:
+        now = self.env.now
+        self.finish[rids] = now
+        self.kv.release(rids)
+        self.reserved[rids] = 0
+        self.oracle.on_finish(rids)
+        finished = set(rids.tolist())
+        self.active = [r for r in self.active if r not in finished]
+        self.done += len(rids)
+        for rid in rids.tolist():
+            ev = self._completion.pop(rid, None)
+            if ev is not None:
+                ev.succeed()
+            for nxt in self._successors.get(rid, ()):
+                if self.w.arrivals is not None:
+                    self.env.process(self._session_followup(nxt))
+
+    # ----------------------------------------------------------------- control plane
+    def _draft_len(self) -> int:
+        s = self.s
+        if not s.speculate:
+            return 0
+        if self.vllm_table is not None:
+            # vLLM picks K at the end of schedule() from the scheduled count; it applies to the next step.
+            size = self._last_scheduled if s.k_from == "scheduled" else len(self.active)
+            return int(self.vllm_table[min(size, len(self.vllm_table) - 1)])
+        if s.draft_len_schedule is not None:
+            size = self._last_scheduled if s.k_from == "scheduled" else len(self.active)
+            return draft_len_for_batch_size(s.draft_len_schedule, max(size, 1), s.schedule_lookup)
+        return s.max_draft_len
+
+    def _use_spec(self, k: int) -> bool:
+        if k == 0 or (self.gate is not None and self.gate.disabled):
+            return False
+        return should_use_spec_decode(len(self.active), self.s.max_batch_size, self.s.max_num_tokens, k,
+                                      self.s.max_concurrency)
+
+    # ----------------------------------------------------------------- scheduling
+    def _schedule(self, k: int, kv_k: int):
+        s = self.s
+        act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
+        is_ctx = self.computed[act] < self.ctx_target[act]
+        cost = np.where(is_ctx, self.ctx_target[act] - self.computed[act], 1 + k)
+        n_full, partial = fit_token_budget(cost, is_ctx, s.max_num_tokens, s.max_batch_size, s.chunked_prefill)
+        n_rows = n_full + (1 if partial else 0)
+        rows, q, ctx_rows = act[:n_rows], cost[:n_rows].copy(), is_ctx[:n_rows]
+        if partial:
+            q[-1] = partial
+        if s.policy == "GUARANTEED_NO_EVICT":
+            rows, q, ctx_rows = self._admit_guaranteed(rows, q, ctx_rows)
+        else:
+            rows, q, ctx_rows = self._admit_max_utilization(rows, q, ctx_rows, kv_k)
+        return rows, q, ctx_rows
+
+    def _admit_guaranteed(self, rows, q, ctx_rows):
+        """Start a request only when KV for its whole output (and drafts) can be guaranteed."""
+        new = ~self.started[rows]
+        if new.any():
+            need = np.where(new, self.kv.blocks_for(self.plen[rows] + self.olen[rows] + self.k_static), 0)
+            fits = np.cumsum(need) <= self.kv.num_blocks - int(self.reserved.sum())
+            if not fits.all():
+                cut = int(np.argmin(fits))
+                rows, q, ctx_rows, new, need = rows[:cut], q[:cut], ctx_rows[:cut], new[:cut], need[:cut]
+            self.reserved[rows[new]] = need[new]
+            self.started[rows[new]] = True
+        return rows, q, ctx_rows
+
+    def _admit_max_utilization(self, rows, q, ctx_rows, kv_k: int):
+        """Allocate as needed; when KV runs out, preempt the latest-started request (recompute).
+
+        Terminates: every request fits the cache alone (checked at construction), so preempting
+        from the tail leaves at least the head running.
+        """
+        resident = np.where(ctx_rows, self.computed[rows], self.plen[rows] + self.generated[rows] - 1)
+        need = np.maximum(self.kv.blocks_for(resident + np.where(ctx_rows, q, 1 + kv_k)) - self.kv.held[rows], 0)
+        running = self.started[rows]
+        while int(need[running].sum()) > self.kv.free:
+            victim = next(r for r in reversed(self.active) if self.started[r])
+            self._preempt(victim)
+            keep = rows != victim
+            rows, q, ctx_rows, need, running = rows[keep], q[keep], ctx_rows[keep], need[keep], running[keep]
+            running = running & self.started[rows]
+        # New requests only start while blocks remain after the running ones (FCFS, break).
+        budget = self.kv.free - int(need[running].sum())
+        new_need = np.where(running, 0, need)
+        fits = np.cumsum(new_need) <= budget
+        if not fits.all():
+            cut = int(np.argmin(fits))
+            rows, q, ctx_rows = rows[:cut], q[:cut], ctx_rows[:cut]
+        self.started[rows] = True
+        return rows, q, ctx_rows
+
+    def _preempt(self, rid: int) -> None:
+        """Recompute preemption: drop the KV; the request re-prefills prompt + generated later."""
+        self.kv.release(np.array([rid]))
+        self.computed[rid] = 0
+        self.ctx_target[rid] = self.plen[rid] + self.generated[rid]
+        self.started[rid] = False
+        self.active.remove(rid)
+        self.active.append(rid)
+        self.trace.preemptions += 1
+
+    # ----------------------------------------------------------------- the loop
+    def _fetch(self) -> None:
+        room = self.s.max_num_active_requests - len(self.active)
+        if room > 0 and self.waiting:
+            self.active.extend(self.waiting[:room])
+            del self.waiting[:room]
+
+    def run_loop(self):
+        s = self.s
+        it = 0
+        hist = self.trace.accepted_hist
+        while True:
+            self._fetch()
+            if not self.active:
+                if self.done == self.n:
+                    return
+                self._wakeup = self.env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            it += 1
+            k = self._draft_len()
+            spec = self._use_spec(k)
+            k_run = k if spec else 0
+            # NGram-path padding grows KV to the static width; one-model paths use the runtime K.
+            kv_k = self.k_static if (spec and s.verify_width == "static") else k_run
+            rows, q, ctx_rows = self._schedule(k_run, kv_k)
+            if len(rows) == 0:
+                raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
+            self._last_scheduled = len(rows)
+            gen = rows[~ctx_rows]
+            drafted = accepted = np.zeros(len(gen), dtype=np.int64)
+            width = 0
+            if spec and len(gen):
+                drafted, accepted = self.oracle.draft(gen, self.generated[gen], k_run)
+                if s.verify_width == "static":
+                    width = self.k_static  # NGram / two-model: padded to the static max_draft_len
+                elif s.verify_width == "runtime":
+                    width = k_run  # one-model (SA): runtime K, not padded further
+                q[~ctx_rows] = 1 + (drafted if s.verify_width == "draft" else width)
+            resident = np.where(ctx_rows, self.computed[rows], self.plen[rows] + self.generated[rows] - 1)
+            self.kv.resize(rows, resident + q)
+            step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
+            if spec and len(gen):
+                step += self.cost.draft_time(s.drafter, len(gen), k_run)
+            start = self.env.now
+            yield self.env.timeout(step)
+            now = self.env.now
+
+            # g. accept: commit accepted + 1 (never past the output), rewind rejected KV
+            commit = np.zeros(len(rows), dtype=np.int64)
+            ctx_idx = np.flatnonzero(ctx_rows)
+            if len(ctx_idx):
+                crow = rows[ctx_idx]
+                self.computed[crow] += q[ctx_idx]
+                completes = self.computed[crow] >= self.ctx_target[crow]
+                commit[ctx_idx[completes]] = 1
+            gen_idx = np.flatnonzero(~ctx_rows)
+            commit[gen_idx] = np.minimum(accepted + 1, self.olen[gen] - self.generated[gen])
+            firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
+            self.first_token[firsts] = now
+            self.generated[rows] += commit
+            self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows], self.plen[rows] + self.generated[rows]))
+            emitted = commit > 0
+            self.trace.emissions.append((rows[emitted], now, commit[emitted]))
+            self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
+
+            # h. the gate: one sample per speculating iteration over requests that drafted
+            sum_d = int(drafted.sum())
+            sample = None
+            if spec and len(gen):
+                drafting = drafted > 0
+                # "padded" counts the verified width (CUDA-graph zeros included) of every generation row.
+                denom = sum_d if s.gate_denominator == "drafted" else int(q[~ctx_rows].sum()) - len(gen)
+                if sum_d > 0 and denom > 0:
+                    sample = int(accepted.sum()) / denom
+                hist += np.bincount(accepted[drafting], minlength=len(hist))
+            if self.gate is not None:
+                if s.overlap_scheduler:
+                    sample, self._pending_sample = self._pending_sample, sample
+                if sample is not None and self.gate.record(sample):
+                    self.trace.gate_tripped_iteration = it
+                    self.trace.gate_tripped_time = now
+            self.trace.iterations.append((
+                it, start, step, len(self.active), len(self.waiting), len(rows), len(gen),
+                int(q[ctx_rows].sum()), k_run, spec, sum_d, int(accepted.sum()), int(q[~ctx_rows].sum()),
+                int(commit.sum()), self.kv.used,
+            ))
+            finished = rows[self.generated[rows] >= self.olen[rows]]
+            if len(finished):
+                self._on_finish(finished)
+            if self.max_sim_time is not None and now >= self.max_sim_time:
+                return
+
+    def run(self) -> Trace:
+        """Run to completion (or ``max_sim_time``) and return the recorded trace."""
+        if self.w.arrivals is not None:
+            self.env.process(self._open_loop())
+        else:
+            roots = np.flatnonzero(self.w.predecessor < 0).tolist()
+            clients = max(1, self.w.concurrency)
+            for c in range(clients):
+                # Client c sends every clients-th root request; a session's turns follow their root.
+                queue = []
+                for root in roots[c::clients]:
+                    queue.append(root)
+                    nxt = self._successors.get(root, [])
+                    while nxt:
+                        queue.append(nxt[0])
+                        nxt = self._successors.get(nxt[0], [])
+                self.env.process(self._client(queue))
+        self.env.process(self.run_loop())
+        self.env.run()
+        return self.trace

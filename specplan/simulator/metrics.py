@@ -1,0 +1,122 @@
+"""Per-request, per-iteration and per-emission tables, and the run summary built from them.
+
+Definitions (as vLLM's metrics and seed 002 use them):
+- TTFT: first token time minus arrival; TPOT: (finish - first token) / (output tokens - 1) per
+  request; ITL: the gap between consecutive emitted chunks of a request (a step can commit
+  several tokens at once, so ITL is per chunk, not per token); E2E: finish minus arrival.
+- acceptance rate = sum accepted / sum drafted; mean acceptance length = 1 + accepted / drafts,
+  where a draft is one request-step that proposed at least one token; per-position acceptance
+  = drafts that accepted at least i tokens / drafts.
+- throughput = output tokens / makespan (first arrival to last finish).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from specplan.simulator.engine import ITERATION_FIELDS, Executor
+
+PERCENTILES = (50, 90, 99)
+
+
+def request_table(ex: Executor, ids: Optional[list[str]] = None) -> pd.DataFrame:
+    """One row per request: lengths, times and latency metrics (NaN where it never completed)."""
+    out_len = ex.olen
+    tpot = np.where(out_len > 1, (ex.finish - ex.first_token) / np.maximum(out_len - 1, 1), np.nan)
+    return pd.DataFrame({
+        "request_id": ids if ids is not None else np.arange(ex.n).astype(str),
+        "prompt_len": ex.plen,
+        "output_len": out_len,
+        "arrival_s": ex.arrival,
+        "first_token_s": ex.first_token,
+        "finish_s": ex.finish,
+        "ttft_s": ex.first_token - ex.arrival,
+        "tpot_s": tpot,
+        "e2e_s": ex.finish - ex.arrival,
+        "generated": ex.generated,
+    })
+
+
+def iteration_table(ex: Executor) -> pd.DataFrame:
+    """One row per executor iteration."""
+    return pd.DataFrame.from_records(ex.trace.iterations, columns=list(ITERATION_FIELDS))
+
+
+def emission_table(ex: Executor) -> pd.DataFrame:
+    """One row per emitted chunk: request index, time, tokens."""
+    em = ex.trace.emissions
+    if not em:
+        return pd.DataFrame({"request": [], "time_s": [], "tokens": []})
+    rids = np.concatenate([e[0] for e in em])
+    times = np.concatenate([np.full(len(e[0]), e[1]) for e in em])
+    toks = np.concatenate([e[2] for e in em])
+    return pd.DataFrame({"request": rids, "time_s": times, "tokens": toks})
+
+
+def inter_token_latencies(emissions: pd.DataFrame) -> np.ndarray:
+    """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL)."""
+    if emissions.empty:
+        return np.array([])
+    em = emissions.sort_values(["request", "time_s"], kind="stable")
+    rid = em["request"].to_numpy()
+    t = em["time_s"].to_numpy()
+    same = rid[1:] == rid[:-1]
+    return (t[1:] - t[:-1])[same]
+
+
+def _pcts(values: np.ndarray) -> dict:
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
+    out = {f"p{p}": float(np.percentile(v, p)) for p in PERCENTILES}
+    out["mean"] = float(v.mean())
+    return out
+
+
+def summarize(ex: Executor, requests: pd.DataFrame, iterations: pd.DataFrame, emissions: pd.DataFrame,
+              slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
+    """The run's headline figures as a flat JSON-able dict."""
+    done = requests["finish_s"].notna().to_numpy()
+    out_tokens = int(requests.loc[done, "output_len"].sum())
+    start = float(np.nanmin(requests["arrival_s"])) if requests["arrival_s"].notna().any() else 0.0
+    end = float(np.nanmax(requests["finish_s"])) if done.any() else start
+    span = max(end - start, 1e-12)
+    hist = ex.trace.accepted_hist
+    drafts = int(hist.sum())
+    drafted = int(iterations["drafted"].sum()) if len(iterations) else 0
+    accepted = int(iterations["accepted"].sum()) if len(iterations) else 0
+    meets = done.copy()
+    if slo_ttft_s is not None:
+        meets &= (requests["ttft_s"] <= slo_ttft_s).to_numpy()
+    if slo_tpot_s is not None:
+        meets &= (requests["tpot_s"].fillna(0.0) <= slo_tpot_s).to_numpy()
+    survival = hist[::-1].cumsum()[::-1][1:]  # drafts that accepted >= i, i = 1..K
+    return {
+        "completed_requests": int(done.sum()),
+        "output_tokens": out_tokens,
+        "makespan_s": span,
+        "throughput_tok_s": out_tokens / span,
+        "request_throughput_req_s": int(done.sum()) / span,
+        "goodput_tok_s": float(requests.loc[meets, "output_len"].sum()) / span,
+        "goodput_req_s": int(meets.sum()) / span,
+        "mean_acceptance_length": (1.0 + accepted / drafts) if drafts else None,
+        "acceptance_rate": (accepted / drafted) if drafted else None,
+        "per_position_acceptance": (survival / drafts).tolist() if drafts else [],
+        "accepted_histogram": hist.tolist(),
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "iterations": int(len(iterations)),
+        "spec_iterations": int(iterations["spec_on"].sum()) if len(iterations) else 0,
+        "gate_tripped_iteration": ex.trace.gate_tripped_iteration,
+        "gate_tripped_s": ex.trace.gate_tripped_time,
+        "preemptions": ex.trace.preemptions,
+        "mean_batch_rows": float(iterations["batch_rows"].mean()) if len(iterations) else 0.0,
+        "ttft_s": _pcts(requests["ttft_s"].to_numpy()),
+        "tpot_s": _pcts(requests["tpot_s"].to_numpy()),
+        "itl_s": _pcts(inter_token_latencies(emissions)),
+        "e2e_s": _pcts(requests["e2e_s"].to_numpy()),
+    }

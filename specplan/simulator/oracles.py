@@ -1,0 +1,133 @@
+"""Acceptance oracles: what the drafter proposes and how much of it the target accepts.
+
+The simulator asks an oracle once per iteration for all scheduled generation rows that speculate.
+Each row is a request index and its committed output length; the oracle answers how many tokens
+were drafted (<= k) and how many of them were accepted (<= drafted). Parametric oracles draw from
+a distribution with one random stream per request, so a request's outcomes do not depend on what
+else is in the batch. The exact drafters (``specplan.simulator.drafters``) implement the same
+interface from real token histories.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+
+class AcceptanceOracle(ABC):
+    """Interface between the executor loop and whatever decides acceptance.
+
+    Requests are identified by their index in the workload list given at construction.
+    ``committed`` is the number of output tokens the request has committed so far, so the history a
+    drafter sees is ``prompt + output[:committed]``.
+    """
+
+    def __init__(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> None:
+        self.prompt_lens = np.asarray(prompt_lens, dtype=np.int64)
+        self.output_lens = np.asarray(output_lens, dtype=np.int64)
+
+    @abstractmethod
+    def draft(self, rids: np.ndarray, committed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(drafted, accepted)`` arrays, one entry per row, with 0 <= accepted <= drafted <= k."""
+
+    def on_commit(self, rids: np.ndarray, committed: np.ndarray) -> None:
+        """Called after every iteration with the new committed counts of the rows that produced tokens.
+
+        Stateful drafters (public pools, global trees) update their cross-request state here, in
+        the simulated order of commits.
+        """
+
+    def on_finish(self, rids: np.ndarray) -> None:
+        """Called when requests complete (private pools are freed, global pools keep them)."""
+
+    def metrics(self) -> dict:
+        """Drafter-specific summary figures (pool sizes, hit rates), merged into the run summary."""
+        return {}
+
+    def remaining_draft_budget(self, rids: np.ndarray, committed: np.ndarray, k: int) -> np.ndarray:
+        """TensorRT-LLM's truncation: at most ``max_seq_len - 1 - len(history)`` = output_len - committed - 1."""
+        return np.clip(np.minimum(k, self.output_lens[rids] - committed - 1), 0, None)
+
+
+class _PerRequestUniforms:
+    """A fixed block of uniforms per request, indexed by that request's speculative step count.
+
+    Request r owns ``u[offset[r] : offset[r] + output_len[r]]`` (a request takes at most one step per
+    output token). Its i-th speculative step always uses the same value, whatever the batch around
+    it, so runs that differ only in scheduling see identical per-request acceptance sequences, and
+    the lookup is one vectorised gather per iteration.
+    """
+
+    def __init__(self, seed: int, output_lens: np.ndarray) -> None:
+        sizes = np.maximum(output_lens, 1)
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self._sizes = sizes
+        self._u = np.random.default_rng(seed).random(int(sizes.sum()), dtype=np.float32)
+        self._steps = np.zeros(len(output_lens), dtype=np.int64)
+
+    def next(self, rids: np.ndarray) -> np.ndarray:
+        steps = self._steps[rids]
+        self._steps[rids] = steps + 1
+        return self._u[self._offsets[rids] + np.minimum(steps, self._sizes[rids] - 1)]
+
+
+class SurvivalOracle(AcceptanceOracle):
+    """Acceptance from a survival curve S_i = P(accepted >= i), i = 1..K_max.
+
+    With one uniform u per step, ``accepted = #{i <= drafted : u < S_i}``; since S is
+    non-increasing this is the inverse-CDF draw of the accepted-prefix length, capped at drafted.
+    """
+
+    def __init__(self, survival: np.ndarray, prompt_lens, output_lens, seed: int) -> None:
+        super().__init__(prompt_lens, output_lens)
+        survival = np.asarray(survival, dtype=float)
+        if survival.ndim != 1 or np.any(np.diff(survival) > 1e-12) or np.any((survival < 0) | (survival > 1)):
+            raise ValueError("survival curve must be non-increasing values in [0, 1]")
+        self.survival = survival
+        self._uniforms = _PerRequestUniforms(seed, self.output_lens)
+
+    def _survival_upto(self, k: int) -> np.ndarray:
+        if k <= len(self.survival):
+            return self.survival[:k]
+        # Past the given positions the last conditional rate carries on geometrically.
+        last = self.survival[-1]
+        ratio = self.survival[-1] / self.survival[-2] if len(self.survival) > 1 and self.survival[-2] > 0 else last
+        extra = last * ratio ** np.arange(1, k - len(self.survival) + 1)
+        return np.concatenate([self.survival, extra])
+
+    def draft(self, rids, committed, k):
+        drafted = self.remaining_draft_budget(rids, committed, k)
+        if k <= 0 or len(rids) == 0:
+            return drafted, np.zeros_like(drafted)
+        u = self._uniforms.next(rids)
+        s = self._survival_upto(k)
+        hits = (u[:, None] < s[None, :]).sum(axis=1)
+        return drafted, np.minimum(hits, drafted)
+
+
+def alpha_oracle(alpha: float, prompt_lens, output_lens, seed: int, max_k: int = 64) -> SurvivalOracle:
+    """i.i.d. per-position acceptance alpha: S_i = alpha^i."""
+    return SurvivalOracle(alpha ** np.arange(1, max_k + 1), prompt_lens, output_lens, seed)
+
+
+def per_position_oracle(conditional: Sequence[float], prompt_lens, output_lens, seed: int) -> SurvivalOracle:
+    """Conditional rates a_1..a_K (a_i = P(accept i | accepted i-1)): S_i = prod_{j<=i} a_j.
+
+    Positions past the vector are never accepted (the vector defines K_max).
+    """
+    cond = np.asarray(conditional, dtype=float)
+    return SurvivalOracle(np.concatenate([np.cumprod(cond), [0.0]]), prompt_lens, output_lens, seed)
+
+
+def length_dist_oracle(probs: Sequence[float], prompt_lens, output_lens, seed: int) -> SurvivalOracle:
+    """Empirical distribution of the accepted count: probs[a] = P(accepted = a), a = 0..K_max.
+
+    Acceptance length is 1 + accepted. When fewer tokens are drafted the draw is capped (a shorter
+    draft cannot accept more than it proposed).
+    """
+    p = np.asarray(probs, dtype=float)
+    p = p / p.sum()
+    survival = 1.0 - np.cumsum(p)[:-1]  # S_i = P(A >= i) for i = 1..K_max
+    return SurvivalOracle(np.concatenate([np.clip(survival, 0.0, 1.0), [0.0]]), prompt_lens, output_lens, seed)

@@ -1,0 +1,111 @@
+"""Token traces: JSON lines of ``{"id", "prompt_ids", "output_ids"}`` plus optional
+``"category"``, ``"session"``, ``"turn"``, ``"arrival_s"``. Gzip-compressed when the name ends in
+``.gz``. The format every other loader can export to, and what the drafters replay."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from specplan.errors import TraceError
+from specplan.workloads.request import Request
+
+_OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float)}
+
+
+def _open_text(path: Path, mode: str):
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise TraceError(f"{path}:{lineno}: field '{field}' must be a list of integer token ids")
+    if not value and not allow_empty:
+        raise TraceError(f"{path}:{lineno}: field '{field}' is empty; every request needs at least one token")
+    if any(t < 0 for t in value):
+        raise TraceError(f"{path}:{lineno}: field '{field}' holds a negative token id")
+    return value
+
+
+def parse_token_record(obj, path: Path, lineno: int) -> Request:
+    """Validate one decoded JSON object of a token trace and build the Request."""
+    if not isinstance(obj, dict):
+        raise TraceError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    for required in ("id", "prompt_ids", "output_ids"):
+        if required not in obj:
+            raise TraceError(f"{path}:{lineno}: missing field '{required}'")
+    kwargs = {}
+    for name, typ in _OPTIONAL.items():
+        if obj.get(name) is not None:
+            if not isinstance(obj[name], typ) or isinstance(obj[name], bool):
+                raise TraceError(f"{path}:{lineno}: field '{name}' has the wrong type ({type(obj[name]).__name__})")
+            kwargs[name] = obj[name]
+    if "session" in kwargs:
+        kwargs["session"] = str(kwargs["session"])
+    return Request(
+        id=str(obj["id"]),
+        prompt_ids=_token_list(obj["prompt_ids"], path, lineno, "prompt_ids", allow_empty=False),
+        output_ids=_token_list(obj["output_ids"], path, lineno, "output_ids", allow_empty=False),
+        **kwargs,
+    )
+
+
+def read_token_trace(path: str | os.PathLike) -> list[Request]:
+    """Load a whole token trace; any malformed line raises TraceError naming file, line and field."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{path}: no such trace file")
+    requests: list[Request] = []
+    seen: set[str] = set()
+    with _open_text(path, "r") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            req = parse_token_record(obj, path, lineno)
+            if req.id in seen:
+                raise TraceError(f"{path}:{lineno}: duplicate id '{req.id}'")
+            seen.add(req.id)
+            requests.append(req)
+    if not requests:
+        raise TraceError(f"{path}: the trace holds no requests")
+    return requests
+
+
+def request_to_record(req: Request) -> dict:
+    rec = {"id": req.id, "prompt_ids": req.prompt_ids.tolist(), "output_ids": req.output_ids.tolist()}
+    for name in ("category", "session", "arrival_s"):
+        if getattr(req, name) is not None:
+            rec[name] = getattr(req, name)
+    if req.turn:
+        rec["turn"] = req.turn
+    return rec
+
+
+def write_token_trace(requests: Iterable[Request], path: str | os.PathLike) -> Path:
+    """Write atomically: a temporary file in the same folder, renamed into place when complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        opener = (lambda: io.TextIOWrapper(gzip.GzipFile(tmp_path, "wb", mtime=0), encoding="utf-8")) if path.suffix == ".gz" else (lambda: open(tmp_path, "w", encoding="utf-8"))
+        with opener() as fh:
+            for req in requests:
+                fh.write(json.dumps(request_to_record(req), separators=(",", ":")) + "\n")
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+    return path
