@@ -44,6 +44,7 @@ class SpeculationConfig(_Section):
     """
 
     decoding_type: DecodingType = "NGram"
+    # 0 means no speculation: the engines reject it, specplan accepts it so sweeps can include K = 0.
     max_draft_len: int = Field(4, ge=0)
     max_matching_ngram_size: int = 2
     is_keep_all: bool = True

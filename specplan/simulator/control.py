@@ -129,8 +129,6 @@ def validate_speculation(spec) -> None:
             if start <= prev_end:
                 raise ValueError(f"num_speculative_tokens_per_batch_size[{i}]: ranges must be sorted and not overlap")
             prev_end = end
-    if spec.decoding_type not in ("none", "AUTO") and spec.max_draft_len == 0 and sched is None and ranges is None:
-        raise ValueError("max_draft_len must be > 0 when speculation is on (use decoding_type: none to disable)")
     if spec.decoding_type in ("SA",) and not (spec.max_matching_ngram_size == -1 or 1 <= spec.max_matching_ngram_size <= 64):
         raise ValueError("max_matching_ngram_size for SA must be -1 (longest match) or in [1, 64]")
     if spec.decoding_type == "NGram" and spec.max_matching_ngram_size < 1:

@@ -88,7 +88,8 @@ class Trace:
 
 ITERATION_FIELDS = (
     "iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
-    "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "kv_blocks_used",
+    "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "prefill_done",
+    "kv_blocks_used",
 )
 
 
@@ -349,7 +350,9 @@ class Executor:
             firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
             self.first_token[firsts] = now
             self.generated[rows] += commit
-            self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows], self.plen[rows] + self.generated[rows]))
+            # Rewind to the resident KV: the newest committed token is written by the next forward.
+            self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows],
+                                          self.plen[rows] + self.generated[rows] - 1))
             emitted = commit > 0
             self.trace.emissions.append((rows[emitted], now, commit[emitted]))
             self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
@@ -373,7 +376,7 @@ class Executor:
             self.trace.iterations.append((
                 it, start, step, len(self.active), len(self.waiting), len(rows), len(gen),
                 int(q[ctx_rows].sum()), k_run, spec, sum_d, int(accepted.sum()), int(q[~ctx_rows].sum()),
-                int(commit.sum()), self.kv.used,
+                int(commit.sum()), int(commit[ctx_rows].sum()), self.kv.used,
             ))
             finished = rows[self.generated[rows] >= self.olen[rows]]
             if len(finished):

@@ -106,7 +106,7 @@ def summarize(ex: Executor, requests: pd.DataFrame, iterations: pd.DataFrame, em
         "mean_acceptance_length": (1.0 + accepted / drafts) if drafts else None,
         "acceptance_rate": (accepted / drafted) if drafted else None,
         "per_position_acceptance": (survival / drafts).tolist() if drafts else [],
-        "accepted_histogram": hist.tolist(),
+        "accepted_histogram": np.trim_zeros(hist, "b").tolist(),  # [i] = drafts that accepted i tokens
         "drafted_tokens": drafted,
         "accepted_tokens": accepted,
         "iterations": int(len(iterations)),

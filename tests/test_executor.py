@@ -1,0 +1,137 @@
+"""Executor timeline: identity with the baseline, the gate in the loop, and invariants under
+random configurations (hypothesis)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specplan.cost_models.base import CostModel
+from specplan.simulator import metrics
+from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.oracles import alpha_oracle
+from specplan.simulator.run import baseline_config, simulate
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.iterations.drop(columns=["k"]), b.iterations.drop(columns=["k"]))
+    assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("policy", ["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"])
+def test_k_zero_and_spec_off_identical_to_baseline(make_config, policy):
+    common = dict(engine={"capacity_scheduler_policy": policy, "max_batch_size": 4},
+                  workload={"arrival": "poisson", "rate": 50.0, "num_requests": 20, "output_len": 40,
+                            "prompt_len": 30},
+                  cost={"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.3, "draft_cost_s": 0.002})
+    base = simulate(baseline_config(make_config(**common)))
+    k0 = simulate(make_config(speculation={"max_draft_len": 0}, **common))
+    _same(k0, base)
+
+
+def test_spec_gated_off_everywhere_equals_baseline(make_config):
+    # max_concurrency 1 with two clients always active: should_use_spec_decode is false at every step.
+    common = dict(engine={"max_batch_size": 2, "max_num_active_requests": 2},
+                  workload={"concurrency": 2, "num_requests": 6, "output_len": 50, "prompt_len": 5},
+                  cost={"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.3, "draft_cost_s": 0.002})
+    off = simulate(make_config(speculation={"max_draft_len": 4, "max_concurrency": 1}, **common))
+    base = simulate(baseline_config(make_config(**common)))
+    assert off.summary["spec_iterations"] == 0
+    _same(off, base)
+
+
+def _gate_cfg(make_config, alpha, overlap, output_len=600):
+    return make_config(engine={"overlap_scheduler": overlap},
+                       speculation={"max_draft_len": 4, "acceptance_rate_window_size": 200,
+                                    "acceptance_rate_threshold": 0.3},
+                       acceptance={"alpha": alpha},
+                       workload={"concurrency": 4, "num_requests": 4, "output_len": output_len, "prompt_len": 3})
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_gate_trips_at_200th_sample(make_config, overlap):
+    res = simulate(_gate_cfg(make_config, 0.25, overlap))
+    it = res.iterations
+    sampled = it[it["drafted"] > 0]
+    rates = (sampled["accepted"] / sampled["drafted"]).to_numpy()  # one sample per speculating iteration
+    assert rates[:200].mean() < 0.3  # so the window average first falls below 0.3 at the 200th sample
+    iter_of_200th = int(sampled["iteration"].iloc[199])
+    assert res.summary["gate_tripped_iteration"] == iter_of_200th + (1 if overlap else 0)
+    spec_on = it.set_index("iteration")["spec_on"]
+    last_spec = int(it.loc[it["spec_on"], "iteration"].max())
+    assert last_spec == res.summary["gate_tripped_iteration"]  # overlap: one extra iteration with spec on
+    assert not spec_on.loc[last_spec + 1:].any()
+
+
+def test_gate_never_trips_above_threshold(make_config):
+    res = simulate(_gate_cfg(make_config, 0.9, False, output_len=3000))
+    assert res.summary["gate_tripped_iteration"] is None
+    assert res.summary["spec_iterations"] > 200
+
+
+class _Affine(CostModel):
+    def step_time(self, batch):
+        return 0.001 + 1e-5 * batch.num_tokens + 1e-7 * float(batch.context_tokens.sum())
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(1, 12))
+    k = draw(st.integers(0, 4))
+    chunked = draw(st.booleans())
+    plen = np.array(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
+    olen = np.array(draw(st.lists(st.integers(1, 30), min_size=n, max_size=n)))
+    # Without chunking a whole (re)prefill of prompt + generated tokens must fit the token budget.
+    min_tokens = (1 + k) if chunked else max(int((plen + olen).max()), 1 + k)
+    block = draw(st.sampled_from([1, 4, 16]))
+    need = int(np.max(-(-(plen + olen + k) // block)))
+    settings = EngineSettings(
+        max_batch_size=draw(st.integers(1, 6)),
+        max_num_tokens=draw(st.integers(min_tokens, min_tokens + 64)),
+        max_num_active_requests=draw(st.integers(1, 8)),
+        kv_block_size=block,
+        kv_num_blocks=draw(st.integers(need, need * 4)),
+        policy=draw(st.sampled_from(["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"])),
+        chunked_prefill=chunked,
+        overlap_scheduler=draw(st.booleans()),
+        speculate=k > 0,
+        max_draft_len=k,
+        draft_len_schedule=draw(st.sampled_from([None, {2: k, 5: k // 2}])) if k else None,
+        verify_width=draw(st.sampled_from(["static", "runtime", "draft"])),
+    )
+    closed = draw(st.booleans())
+    arrivals = None if closed else np.sort(np.array(draw(st.lists(st.floats(0, 0.2), min_size=n, max_size=n))))
+    wl = Workload(plen, olen, arrivals, np.full(n, -1), concurrency=draw(st.integers(1, 4)))
+    return settings, wl, draw(st.floats(0.0, 1.0)), draw(st.integers(0, 1000))
+
+
+@given(scenarios())
+def test_invariants_under_random_configs(scenario):
+    settings, wl, alpha, seed = scenario
+    ex = Executor(settings, wl, alpha_oracle(alpha, wl.prompt_lens, wl.output_lens, seed, max_k=8), _Affine())
+    ex.run()  # KVBlockPool raises if blocks ever exceed capacity or go negative
+    req = metrics.request_table(ex)
+    it = metrics.iteration_table(ex)
+    # Every request completes with exactly its output length.
+    assert (ex.generated == wl.output_lens).all() and req["finish_s"].notna().all()
+    # Committed tokens = accepted + one per verify row + one per completed prefill (oracles respect
+    # TensorRT-LLM's truncation, so the output end never cuts a step here).
+    em = metrics.emission_table(ex)
+    assert em["tokens"].sum() == wl.output_lens.sum()
+    assert (it["committed"] == it["accepted"] + it["gen_rows"] + it["prefill_done"]).all()
+    assert it["prefill_done"].sum() >= wl.output_lens.size
+    assert (it["kv_blocks_used"] <= settings.kv_num_blocks).all() and (it["kv_blocks_used"] >= 0).all()
+    assert (it["accepted"] <= it["drafted"]).all() and (it["drafted"] <= it["gen_rows"] * it["k"]).all()
+    # Monotone clock: each iteration starts no earlier than the previous one ended.
+    ends = (it["start_s"] + it["step_s"]).to_numpy()
+    starts = it["start_s"].to_numpy()
+    assert (starts[1:] >= ends[:-1] - 1e-12).all()
+    # Work-conserving: the loop only idles when no request is in the system.
+    arrival, finish = req["arrival_s"].to_numpy(), req["finish_s"].to_numpy()
+    for end, nxt in zip(ends[:-1], starts[1:]):
+        if nxt > end + 1e-12:
+            in_system = (arrival <= end + 1e-12) & (finish > end + 1e-12)
+            assert not in_system.any()
+    assert starts[0] == pytest.approx(np.nanmin(arrival))
