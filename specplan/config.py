@@ -75,6 +75,8 @@ class SpeculationConfig(_Section):
     )
     acceptance_rate_window_size: Optional[int] = Field(None, ge=0)
     acceptance_rate_threshold: Optional[float] = Field(None, ge=0, le=1)
+    acceptance_window: Optional[int] = Field(None, ge=1, description="legacy gate: completed requests per window")
+    acceptance_length_threshold: Optional[float] = Field(None, ge=0, description="legacy gate: accepted tokens per step")
     gate_denominator: Literal["drafted", "padded"] = Field(
         "drafted", description="SpeculationGate denominator: effective draft length (seed 000) or padded width"
     )

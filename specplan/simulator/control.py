@@ -63,12 +63,11 @@ def should_use_spec_decode(
     return min(num_active, max_batch_size, token_cap) <= max_concurrency
 
 
-class SpeculationGate:
-    """TensorRT-LLM's SpeculationGate: permanent off switch on a rolling acceptance rate.
+class _LatchingWindow:
+    """Rolling mean over the last ``window`` samples that latches off below ``threshold``.
 
-    One sample per speculating iteration (sum accepted / sum drafted over requests that drafted).
-    Once at least ``window`` samples were recorded, an average below ``threshold`` latches the
-    gate off for the rest of the run.
+    The decision is only taken once at least ``window`` samples were recorded (warm-up), and once
+    tripped it stays tripped (the engines only clear it with ``reset()``).
     """
 
     def __init__(self, window: int, threshold: float) -> None:
@@ -79,14 +78,11 @@ class SpeculationGate:
         self.num_recorded = 0
         self.disabled = False
 
-    def record(self, rate: float) -> bool:
-        """Record one sample; return True when this sample trips the gate."""
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"acceptance rate {rate} outside [0, 1]")
+    def _push(self, sample: float) -> bool:
         if self.disabled:
             return False
-        self._samples.append(rate)
-        self._sum += rate
+        self._samples.append(sample)
+        self._sum += sample
         if len(self._samples) > self.window:
             self._sum -= self._samples.popleft()
         self.num_recorded += 1
@@ -94,6 +90,35 @@ class SpeculationGate:
             self.disabled = True
             return True
         return False
+
+
+class SpeculationGate(_LatchingWindow):
+    """TensorRT-LLM's SpeculationGate: permanent off switch on a rolling acceptance rate.
+
+    One sample per speculating iteration (sum accepted / sum drafted over requests that drafted),
+    against ``acceptance_rate_window_size`` / ``acceptance_rate_threshold``.
+    """
+
+    def record(self, rate: float) -> bool:
+        """Record one sample; return True when this sample trips the gate."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"acceptance rate {rate} outside [0, 1]")
+        return self._push(rate)
+
+
+class LegacySpeculationGate(_LatchingWindow):
+    """The older SpeculationGate: one sample per completed request.
+
+    The sample is ``max(0, avg_decoded_tokens_per_iter - 1)`` (tokens, not a rate), where the
+    average is the request's generated tokens over its decoding iterations (LlmRequest's
+    ``getAvgDecodedTokensPerIter``); against ``acceptance_window`` / ``acceptance_length_threshold``.
+    """
+
+    def record(self, generated_tokens: int, decoding_iterations: int) -> bool:
+        """Record one completed request; return True when it trips the gate."""
+        if decoding_iterations <= 0:
+            return False
+        return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
 
 
 def validate_speculation(spec) -> None:
@@ -137,6 +162,10 @@ def validate_speculation(spec) -> None:
         raise ValueError("global_pool_size requires enable_global_pool")
     if (spec.acceptance_rate_window_size is None) != (spec.acceptance_rate_threshold is None):
         raise ValueError("acceptance_rate_window_size and acceptance_rate_threshold must be given together")
+    if (spec.acceptance_window is None) != (spec.acceptance_length_threshold is None):
+        raise ValueError("acceptance_window and acceptance_length_threshold (legacy gate) must be given together")
+    if spec.acceptance_window is not None and spec.acceptance_rate_window_size:
+        raise ValueError("choose one gate: acceptance_rate_* (current) or acceptance_window/_length_threshold (legacy)")
     lo, hi = spec.prompt_lookup_min, spec.prompt_lookup_max
     if lo is not None and hi is not None and lo > hi:
         raise ValueError("prompt_lookup_min must be <= prompt_lookup_max")

@@ -26,6 +26,7 @@ import simpy
 from specplan.cost_models.base import CostModel, StepBatch
 from specplan.errors import ConfigError
 from specplan.simulator.control import (
+    LegacySpeculationGate,
     SpeculationGate,
     draft_len_for_batch_size,
     should_use_spec_decode,
@@ -59,6 +60,8 @@ class EngineSettings:
     gate_window: Optional[int] = None
     gate_threshold: Optional[float] = None
     gate_denominator: str = "drafted"
+    legacy_gate_window: Optional[int] = None
+    legacy_gate_threshold: Optional[float] = None
     drafter: str = "none"
 
 
@@ -117,10 +120,12 @@ class Executor:
         self.reserved = np.zeros(n, dtype=np.int64)  # GUARANTEED_NO_EVICT reservations, in blocks
         self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, n)
         self.k_static = settings.max_draft_len if settings.speculate else 0
-        self.gate = (
-            SpeculationGate(settings.gate_window, settings.gate_threshold)
-            if settings.gate_window and settings.gate_threshold is not None else None
-        )
+        self.emits = np.zeros(n, dtype=np.int64)  # decoding iterations that committed tokens, per request
+        self.gate = self.legacy_gate = None
+        if settings.gate_window and settings.gate_threshold is not None:
+            self.gate = SpeculationGate(settings.gate_window, settings.gate_threshold)
+        elif settings.legacy_gate_window and settings.legacy_gate_threshold is not None:
+            self.legacy_gate = LegacySpeculationGate(settings.legacy_gate_window, settings.legacy_gate_threshold)
         self.vllm_table = (
             vllm_schedule_table(settings.vllm_ranges, max(settings.max_batch_size, settings.max_num_active_requests),
                                 settings.max_draft_len)
@@ -186,8 +191,12 @@ class Executor:
             yield self.env.timeout(think)
         self._submit(rid)
 
-    def _on_finish(self, rids: np.ndarray) -> None:
+    def _on_finish(self, rids: np.ndarray, iteration: int) -> None:
         now = self.env.now
+        if self.legacy_gate is not None:
+            for rid in rids.tolist():
+                if self.legacy_gate.record(int(self.generated[rid]), int(self.emits[rid])):
+                    self._trip(iteration)
         self.finish[rids] = now
         self.kv.release(rids)
         self.reserved[rids] = 0
@@ -217,8 +226,13 @@ class Executor:
             return draft_len_for_batch_size(s.draft_len_schedule, max(size, 1), s.schedule_lookup)
         return s.max_draft_len
 
+    def _trip(self, iteration: int) -> None:
+        self.trace.gate_tripped_iteration = iteration
+        self.trace.gate_tripped_time = self.env.now
+
     def _use_spec(self, k: int) -> bool:
-        if k == 0 or (self.gate is not None and self.gate.disabled):
+        gate = self.gate or self.legacy_gate
+        if k == 0 or (gate is not None and gate.disabled):
             return False
         return should_use_spec_decode(len(self.active), self.s.max_batch_size, self.s.max_num_tokens, k,
                                       self.s.max_concurrency)
@@ -350,6 +364,7 @@ class Executor:
             firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
             self.first_token[firsts] = now
             self.generated[rows] += commit
+            self.emits[rows] += commit > 0
             # Rewind to the resident KV: the newest committed token is written by the next forward.
             self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows],
                                           self.plen[rows] + self.generated[rows] - 1))
@@ -371,8 +386,7 @@ class Executor:
                 if s.overlap_scheduler:
                     sample, self._pending_sample = self._pending_sample, sample
                 if sample is not None and self.gate.record(sample):
-                    self.trace.gate_tripped_iteration = it
-                    self.trace.gate_tripped_time = now
+                    self._trip(it)
             self.trace.iterations.append((
                 it, start, step, len(self.active), len(self.waiting), len(rows), len(gen),
                 int(q[ctx_rows].sum()), k_run, spec, sum_d, int(accepted.sum()), int(q[~ctx_rows].sum()),
@@ -380,7 +394,7 @@ class Executor:
             ))
             finished = rows[self.generated[rows] >= self.olen[rows]]
             if len(finished):
-                self._on_finish(finished)
+                self._on_finish(finished, it)
             if self.max_sim_time is not None and now >= self.max_sim_time:
                 return
 

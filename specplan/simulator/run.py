@@ -17,6 +17,7 @@ from specplan.config import SimConfig
 from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.presets import resolve_speculation
 from specplan.simulator.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
 
 # Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
@@ -103,6 +104,8 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         gate_window=sp.acceptance_rate_window_size,
         gate_threshold=sp.acceptance_rate_threshold,
         gate_denominator=sp.gate_denominator,
+        legacy_gate_window=sp.acceptance_window,
+        legacy_gate_threshold=sp.acceptance_length_threshold,
         drafter=sp.decoding_type,
     )
 
@@ -164,8 +167,14 @@ def default_kv_blocks(cfg: SimConfig) -> int:
     return 1 << 20
 
 
+def resolve(cfg: SimConfig) -> SimConfig:
+    """The config as the engine would run it: AUTO expanded, engine-preset defaults applied."""
+    return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
+
+
 def simulate(cfg: SimConfig, cost=None) -> SimResult:
     """Run one scenario to completion and return its tables and summary."""
+    cfg = resolve(cfg)
     workload, requests = build_workload(cfg)
     settings = resolve_engine(cfg, default_kv_blocks(cfg))
     oracle = build_oracle(cfg, workload, requests)
@@ -179,7 +188,8 @@ def simulate(cfg: SimConfig, cost=None) -> SimResult:
     summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
-    return SimResult(cfg, summary, req, its, em, {"cost": cost.describe()})
+    spec = cfg.speculation.model_dump(exclude_defaults=True)
+    return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec})
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:
