@@ -110,32 +110,22 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
     )
 
 
-def _arrival_times(cfg: SimConfig, n: int, rng: np.random.Generator) -> Optional[np.ndarray]:
-    w = cfg.workload
-    if w.arrival == "closed_loop":
-        return None
-    if w.arrival == "poisson":
-        return np.cumsum(rng.exponential(1.0 / w.rate, n))
-    if w.arrival == "gamma":
-        shape = 1.0 / (w.cv ** 2)
-        return np.cumsum(rng.gamma(shape, 1.0 / (w.rate * shape), n))
-    raise ConfigError("workload.arrival: 'trace' needs a trace with arrival_s timestamps")
+def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Workload, list]:
+    """Lengths, arrivals and session order for the loop, plus the Request list they come from.
 
+    ``requests`` may be given pre-built (sweeps share them between runs); otherwise they come from
+    ``workloads.build_requests``.
+    """
+    from specplan.workloads.traffic import build_requests, predecessor_indices
 
-def build_workload(cfg: SimConfig) -> tuple[Workload, list]:
-    """Lengths, arrivals and session order; returns the Request list too when a trace is used."""
-    rng = np.random.default_rng([cfg.seed, 1])
-    w = cfg.workload
-    if w.trace is None:
-        n = w.num_requests
-        plen = np.full(n, w.prompt_len, dtype=np.int64)
-        olen = np.full(n, w.output_len, dtype=np.int64)
-        requests: list = []
-        pred = np.full(n, -1, dtype=np.int64)
-    else:
-        raise ConfigError("workload.trace: trace workloads are not available yet")
-    think = np.full(len(plen), w.think_time_s) if w.think_time_s > 0 else None
-    return Workload(plen, olen, _arrival_times(cfg, len(plen), rng), pred, w.concurrency, think), requests
+    reqs = requests if requests is not None else build_requests(cfg.workload, cfg.seed)
+    plen = np.fromiter((r.prompt_len for r in reqs), dtype=np.int64, count=len(reqs))
+    olen = np.fromiter((r.output_len for r in reqs), dtype=np.int64, count=len(reqs))
+    arrivals = None if cfg.workload.arrival == "closed_loop" else np.array(
+        [np.nan if r.arrival_s is None else r.arrival_s for r in reqs])
+    think = np.array([r.meta.get("think_time_s", 0.0) for r in reqs])
+    return Workload(plen, olen, arrivals, predecessor_indices(reqs), cfg.workload.concurrency,
+                    think if think.any() else None), list(reqs)
 
 
 def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> AcceptanceOracle:
@@ -152,7 +142,17 @@ def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> Acceptan
         if not a.length_dist:
             raise ConfigError("acceptance.length_dist: give P(accepted = 0), P(accepted = 1), ...")
         return length_dist_oracle(a.length_dist, *args, seed=seed)
-    raise ConfigError(f"acceptance.mode: '{a.mode}' is not available yet")
+    if a.mode == "recorded":
+        from specplan.workloads.recorded import recorded_oracle
+
+        if not a.recorded_path:
+            raise ConfigError("acceptance.recorded_path: name a recorded acceptance log (e.g. specbench-eagle) or a file")
+        return recorded_oracle(a.recorded_path, requests)
+    from specplan.simulator.drafters import make_drafter_oracle
+
+    if cfg.speculation.decoding_type == "none":
+        return alpha_oracle(0.0, *args, seed=seed)  # never asked: speculation is off
+    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size)
 
 
 def build_cost(cfg: SimConfig):
@@ -161,10 +161,14 @@ def build_cost(cfg: SimConfig):
     return make_cost_model(cfg.cost)
 
 
-def default_kv_blocks(cfg: SimConfig) -> int:
-    if cfg.engine.kv_num_blocks is not None:
-        return cfg.engine.kv_num_blocks
-    return 1 << 20
+def kv_num_blocks(cfg: SimConfig) -> int:
+    """``engine.kv_num_blocks``, else what the GPU holds after the model's weights."""
+    from specplan.cost_models.capacity import kv_cache_blocks
+
+    e, c = cfg.engine, cfg.cost
+    if e.kv_num_blocks is not None:
+        return e.kv_num_blocks
+    return kv_cache_blocks(c.gpu, c.model_name, c.tp, e.kv_block_size, e.kv_budget_gb)
 
 
 def resolve(cfg: SimConfig) -> SimConfig:
@@ -172,17 +176,19 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
-def simulate(cfg: SimConfig, cost=None) -> SimResult:
-    """Run one scenario to completion and return its tables and summary."""
+def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None) -> SimResult:
+    """Run one scenario to completion and return its tables and summary.
+
+    ``cost`` and ``requests`` may be passed pre-built to share them across runs.
+    """
     cfg = resolve(cfg)
-    workload, requests = build_workload(cfg)
-    settings = resolve_engine(cfg, default_kv_blocks(cfg))
+    workload, requests = build_workload(cfg, requests)
+    settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, workload, requests)
     cost = cost if cost is not None else build_cost(cfg)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s)
     ex.run()
-    ids = [r.id for r in requests] if requests else None
-    req = metrics.request_table(ex, ids)
+    req = metrics.request_table(ex, [r.id for r in requests])
     its = metrics.iteration_table(ex)
     em = metrics.emission_table(ex)
     summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)

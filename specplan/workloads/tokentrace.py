@@ -4,24 +4,16 @@
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 from specplan.errors import TraceError
+from specplan.workloads.records import open_text, write_jsonl
 from specplan.workloads.request import Request
 
 _OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float)}
-
-
-def _open_text(path: Path, mode: str):
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
 
 
 def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> list[int]:
@@ -64,7 +56,7 @@ def read_token_trace(path: str | os.PathLike) -> list[Request]:
         raise TraceError(f"{path}: no such trace file")
     requests: list[Request] = []
     seen: set[str] = set()
-    with _open_text(path, "r") as fh:
+    with open_text(path, "r") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -93,19 +85,5 @@ def request_to_record(req: Request) -> dict:
 
 
 def write_token_trace(requests: Iterable[Request], path: str | os.PathLike) -> Path:
-    """Write atomically: a temporary file in the same folder, renamed into place when complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        opener = (lambda: io.TextIOWrapper(gzip.GzipFile(tmp_path, "wb", mtime=0), encoding="utf-8")) if path.suffix == ".gz" else (lambda: open(tmp_path, "w", encoding="utf-8"))
-        with opener() as fh:
-            for req in requests:
-                fh.write(json.dumps(request_to_record(req), separators=(",", ":")) + "\n")
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-    return path
+    """Write atomically and byte-reproducibly (see ``records.atomic_writer``)."""
+    return write_jsonl((request_to_record(r) for r in requests), path)

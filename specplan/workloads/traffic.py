@@ -1,0 +1,160 @@
+"""From a ``WorkloadConfig`` to the list of requests the simulator serves.
+
+:func:`build_requests` loads the trace (or generates synthetic traffic), keeps the asked-for
+categories, samples ``num_requests`` requests (whole sessions, in a seeded random order, with or
+without replacement) and assigns arrivals. What the simulator reads, besides the request fields:
+
+- ``arrival_s``: the arrival time of every request the arrival process places (open loop); ``None``
+  for closed loop and for later turns of a session.
+- ``meta["predecessor"]``: for turn n+1 of a session, the id of turn n; the request arrives
+  ``meta["think_time_s"]`` seconds after its predecessor completes (:func:`predecessor_indices`
+  gives the same links as list indices).
+- ``meta["think_time_s"]``: closed loop: every request's think time, the delay between its
+  client's previous completion and sending it; open loop: only on later session turns.
+- ``meta["source_id"]``: the id in the trace (sampling with replacement renames copies
+  ``"{id}#{k}"``; recorded-acceptance oracles look logs up by this id).
+
+Random streams are independent per purpose (sampling, arrival times, think times, synthetic tokens),
+all spawned from ``seed``: changing the rate leaves the sampled requests unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from specplan.config import WorkloadConfig
+from specplan.errors import ConfigError, TraceError
+from specplan.workloads.arrivals import gamma_arrivals, poisson_arrivals, think_times
+from specplan.workloads.loaders import load_workload
+from specplan.workloads.request import Request
+from specplan.workloads.synthetic import LengthModel, SyntheticSpec, fit_lengths, is_synthetic, synthetic_requests
+
+
+def session_units(requests: Sequence[Request]) -> list[list[Request]]:
+    """Requests grouped into sessions (turns in order), in order of first appearance; a request
+    without a session is a unit of its own. Sampling always takes whole units (or their prefixes)."""
+    units: list[list[Request]] = []
+    by_session: dict[str, list[Request]] = {}
+    for req in requests:
+        if req.session is None:
+            units.append([req])
+        elif req.session in by_session:
+            by_session[req.session].append(req)
+        else:
+            by_session[req.session] = [req]
+            units.append(by_session[req.session])
+    for unit in units:
+        unit.sort(key=lambda r: r.turn)
+        turns = [r.turn for r in unit]
+        if len(set(turns)) != len(turns):
+            raise TraceError(f"session '{unit[0].session}' holds two requests of the same turn")
+    return units
+
+
+def source_id(req: Request) -> str:
+    """The request's id in its trace (``meta["source_id"]``, else its own id)."""
+    return req.meta.get("source_id", req.id)
+
+
+def _sample(units: list[list[Request]], n: int, replace_: bool, rng: np.random.Generator, trace: str) -> list[Request]:
+    total = sum(len(u) for u in units)
+    if not replace_:
+        if n > total:
+            raise ConfigError(f"workload.num_requests: {n} exceeds the {total} requests of trace {trace!r}; lower it or set sample_with_replacement: true")
+        order = rng.permutation(len(units))
+        flat = [r for i in order for r in units[i]]
+        return [replace(r, meta={**r.meta, "source_id": source_id(r)}) for r in flat[:n]]
+    out: list[Request] = []
+    copies = np.zeros(len(units), dtype=np.int64)
+    while len(out) < n:
+        i = int(rng.integers(0, len(units)))
+        k = copies[i]
+        copies[i] += 1
+        for r in units[i]:
+            out.append(replace(
+                r,
+                id=r.id if k == 0 else f"{r.id}#{k}",
+                session=None if r.session is None else (r.session if k == 0 else f"{r.session}#{k}"),
+                meta={**r.meta, "source_id": source_id(r)},
+            ))
+    return out[:n]
+
+
+def _link_sessions(requests: list[Request]) -> list[str | None]:
+    last: dict[str, str] = {}
+    preds: list[str | None] = []
+    for r in requests:
+        preds.append(last.get(r.session) if r.session is not None else None)
+        if r.session is not None:
+            last[r.session] = r.id
+    return preds
+
+
+def predecessor_indices(requests: Sequence[Request]) -> np.ndarray:
+    """For each request, the list index of its session predecessor (``meta["predecessor"]``), or -1."""
+    index = {r.id: i for i, r in enumerate(requests)}
+    return np.array([index[r.meta["predecessor"]] if r.meta.get("predecessor") else -1 for r in requests], dtype=np.int64)
+
+
+def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[Request]:
+    if is_synthetic(cfg.trace):
+        spec = SyntheticSpec.parse(cfg.trace)
+        if spec.lengths is not None:
+            plen, olen = fit_lengths(load_workload(spec.lengths))
+        else:
+            plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
+        return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
+    requests = load_workload(cfg.trace)
+    if cfg.categories is not None:
+        present = sorted({r.category for r in requests if r.category is not None})
+        unknown = [c for c in cfg.categories if c not in present]
+        if unknown:
+            raise ConfigError(f"workload.categories: {', '.join(unknown)} not in trace {cfg.trace!r} (it has {', '.join(present)})")
+        requests = [r for r in requests if r.category in cfg.categories]
+    return requests
+
+
+def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant") -> list[Request]:
+    """The requests of one run, with arrivals assigned (see the module docstring for the contract).
+
+    Think times have mean ``workload.think_time_s``; ``think_time_dist`` is ``constant`` (what the
+    engine assumes today) or ``exponential``.
+    """
+    cfg = workload_cfg
+    s_sample, s_arrival, s_think, s_synth = np.random.SeedSequence(seed).spawn(4)
+    base = _base_requests(cfg, s_synth)
+    if cfg.arrival == "trace":
+        if cfg.sample_with_replacement:
+            raise ConfigError("workload.sample_with_replacement: arrival 'trace' replays the trace's own timestamps; sampling does not apply")
+        missing = [r.id for r in base if r.arrival_s is None]
+        if missing:
+            raise ConfigError(f"workload.arrival: 'trace' needs arrival_s on every request; trace {cfg.trace!r} lacks it (first: {missing[0]})")
+        if cfg.num_requests > len(base):
+            raise ConfigError(f"workload.num_requests: {cfg.num_requests} exceeds the {len(base)} requests of trace {cfg.trace!r}")
+        ordered = sorted(base, key=lambda r: r.arrival_s)[: cfg.num_requests]
+        return [replace(r, meta={**r.meta, "source_id": source_id(r)}) for r in ordered]
+
+    chosen = _sample(session_units(base), cfg.num_requests, cfg.sample_with_replacement, np.random.default_rng(s_sample), str(cfg.trace))
+    preds = _link_sessions(chosen)
+    think = think_times(len(chosen), cfg.think_time_s, np.random.default_rng(s_think), think_time_dist)
+    if cfg.arrival == "closed_loop":
+        times = [None] * len(chosen)
+    else:
+        heads = [i for i, p in enumerate(preds) if p is None]
+        rng = np.random.default_rng(s_arrival)
+        draws = poisson_arrivals(len(heads), cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(len(heads), cfg.rate, cfg.cv, rng)
+        times = [None] * len(chosen)
+        for i, t in zip(heads, draws):
+            times[i] = float(t)
+    out = []
+    for req, pred, t, th in zip(chosen, preds, times, think):
+        meta = dict(req.meta)
+        if pred is not None:
+            meta["predecessor"] = pred
+        if pred is not None or cfg.arrival == "closed_loop":
+            meta["think_time_s"] = float(th)
+        out.append(replace(req, arrival_s=t, meta=meta))
+    return out
