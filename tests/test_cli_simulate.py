@@ -1,0 +1,54 @@
+"""`specplan simulate` end to end through the console entry point."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import yaml
+
+SMALL = {
+    "seed": 3,
+    "engine": {"max_batch_size": 8, "kv_num_blocks": 20000},
+    "speculation": {"decoding_type": "NGram", "max_draft_len": 3},
+    "acceptance": {"mode": "alpha", "alpha": 0.7},
+    "workload": {"trace": None, "arrival": "poisson", "rate": 20.0, "num_requests": 30, "prompt_len": 64,
+                 "output_len": 64},
+    "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.05},
+}
+
+KEYS = {"completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
+        "iterations", "spec_iterations", "gate_tripped_iteration", "preemptions", "ttft_s", "tpot_s", "itl_s",
+        "e2e_s", "seed"}
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_json_output_with_baseline(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(yaml.safe_dump(SMALL))
+    out = _run("simulate", str(cfg), "--baseline", "--format", "json", "--out", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert KEYS <= set(data) and KEYS - {"seed"} <= set(data["baseline"])
+    assert data["completed_requests"] == 30 and data["output_tokens"] == 30 * 64
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        assert set(data[key]) >= {"p50", "p90", "p99"}
+    assert data["speedup"] == data["throughput_tok_s"] / data["baseline"]["throughput_tok_s"]
+    assert data["baseline"]["mean_acceptance_length"] is None
+    assert "Simulating 30 requests" in out.stderr  # says first what it simulates
+    req = pd.read_parquet(tmp_path / "run" / "speculative" / "requests.parquet")
+    assert len(req) == 30 and (tmp_path / "run" / "baseline" / "iterations.csv").exists()
+
+
+def test_set_overrides_and_bad_field_one_line(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(yaml.safe_dump(SMALL))
+    ok = _run("simulate", str(cfg), "--set", "speculation.max_draft_len=0", "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["spec_iterations"] == 0
+    bad = _run("simulate", str(cfg), "--set", "engine.max_batch=4")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "engine.max_batch" in bad.stderr and "Traceback" not in bad.stderr
