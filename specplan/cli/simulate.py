@@ -108,4 +108,6 @@ def register(app: typer.Typer) -> None:
             return
         console.print(_table(summary, summary.get("baseline")))
         if base is not None:
-            console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x")
+            console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
+                          f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "
+                          f"{result.summary['tpot_s']['mean'] * 1e3:.2f} ms")
