@@ -46,7 +46,9 @@ class SpeculationConfig(_Section):
     decoding_type: DecodingType = "NGram"
     # 0 means no speculation: the engines reject it, specplan accepts it so sweeps can include K = 0.
     max_draft_len: int = Field(4, ge=0)
-    max_matching_ngram_size: int = 2
+    max_matching_ngram_size: Optional[int] = Field(
+        None, description="None = the drafter's engine default (NGram 2, SA -1 longest match, PLD 3 / HF 2)"
+    )
     is_keep_all: bool = True
     is_use_oldest: bool = True
     is_public_pool: bool = True
@@ -60,6 +62,7 @@ class SpeculationConfig(_Section):
     suffix_max_spec_offset: float = 0.0
     suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
     pld_variant: Literal["reference", "hf"] = "reference"
+    eos_token_ids: Optional[list[int]] = Field(None, description="HF prompt lookup cuts drafts before these tokens")
 
     draft_len_schedule: Optional[dict[int, int]] = None
     num_speculative_tokens_per_batch_size: Optional[list[tuple[int, int, int]]] = None

@@ -135,3 +135,25 @@ def test_invariants_under_random_configs(scenario):
             in_system = (arrival <= end + 1e-12) & (finish > end + 1e-12)
             assert not in_system.any()
     assert starts[0] == pytest.approx(np.nanmin(arrival))
+
+
+def test_prefill_draft_of_hf_prompt_lookup(make_config):
+    # HF prompt lookup verifies a draft in the prefill forward: a request whose answer repeats its
+    # prompt gets more than one token from its prefill step. Prompt "1 2 3 4 5 6 1 2", answer
+    # "3 4 5 6 9": the 2-gram "1 2" matches at the start and drafts "3 4 5 6 1 2" (not clipped to the
+    # budget); the truth continues "3 4 5 6", so 4 are accepted and the prefill commits 4 + 1 = 5.
+    from specplan.simulator.drafters import make_drafter_oracle
+    from specplan.workloads.request import Request
+
+    req = Request(id="r", prompt_ids=[1, 2, 3, 4, 5, 6, 1, 2], output_ids=[3, 4, 5, 6, 9, 7])
+    cfg = make_config(speculation={"decoding_type": "pld", "pld_variant": "hf", "max_draft_len": 6})
+    from specplan.simulator.run import resolve
+
+    oracle = make_drafter_oracle(resolve(cfg).speculation, [req], 8)
+    settings = EngineSettings(8, 8192, 8, 16, 100, "GUARANTEED_NO_EVICT", False, False, True, 6, verify_width="draft")
+    wl = Workload(np.array([8]), np.array([6]), None, np.array([-1]), concurrency=1)
+    ex = Executor(settings, wl, oracle, _Affine())
+    ex.run()
+    it = metrics.iteration_table(ex)
+    assert it.loc[0, "prefill_tokens"] == 8 and it.loc[0, "committed"] == 5 and it.loc[0, "accepted"] == 4
+    assert ex.generated[0] == 6

@@ -19,7 +19,7 @@ app = typer.Typer(
 )
 
 # One module per command group; each defines register(app).
-_COMMAND_MODULES = ("simulate", "workloads")
+_COMMAND_MODULES = ("simulate", "workloads", "acceptance", "sweep", "report", "recommend", "profile", "calibrate")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"specplan.cli.{_name}").register(app)

@@ -154,10 +154,11 @@ def validate_speculation(spec) -> None:
             if start <= prev_end:
                 raise ValueError(f"num_speculative_tokens_per_batch_size[{i}]: ranges must be sorted and not overlap")
             prev_end = end
-    if spec.decoding_type in ("SA",) and not (spec.max_matching_ngram_size == -1 or 1 <= spec.max_matching_ngram_size <= 64):
+    n = spec.max_matching_ngram_size
+    if n is not None and spec.decoding_type == "SA" and not (n == -1 or 1 <= n <= 64):
         raise ValueError("max_matching_ngram_size for SA must be -1 (longest match) or in [1, 64]")
-    if spec.decoding_type == "NGram" and spec.max_matching_ngram_size < 1:
-        raise ValueError("max_matching_ngram_size for NGram must be >= 1")
+    if n is not None and spec.decoding_type in ("NGram", "pld") and n < 1:
+        raise ValueError(f"max_matching_ngram_size for {spec.decoding_type} must be >= 1")
     if spec.global_pool_size is not None and not spec.enable_global_pool:
         raise ValueError("global_pool_size requires enable_global_pool")
     if (spec.acceptance_rate_window_size is None) != (spec.acceptance_rate_threshold is None):

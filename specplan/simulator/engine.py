@@ -309,10 +309,63 @@ class Executor:
             self.active.extend(self.waiting[:room])
             del self.waiting[:room]
 
+    def _draft(self, rows, q, ctx_rows, spec: bool, k: int):
+        """e. Draft for the rows that verify a draft this step; set their verified widths in ``q``.
+
+        Generation rows draft when speculation is on; a drafter that drafts at prefill (HF prompt
+        lookup) also drafts on the chunk that completes a prompt. Returns the drafting mask (over
+        rows), drafted and accepted per drafting row, and the static/runtime padding width.
+        """
+        drafting = ~ctx_rows if spec else np.zeros(len(rows), dtype=bool)
+        if spec and self.oracle.drafts_at_prefill:
+            drafting = drafting | (ctx_rows & (self.generated[rows] == 0)
+                                   & (self.computed[rows] + q >= self.ctx_target[rows]))
+        drows = rows[drafting]
+        if not len(drows):
+            empty = np.zeros(0, dtype=np.int64)
+            return drafting, empty, empty, 0
+        drafted, accepted = self.oracle.draft(drows, self.generated[drows], k)
+        width = {"static": self.k_static, "runtime": k, "draft": 0}[self.s.verify_width]
+        verify = drafted if self.s.verify_width == "draft" else width
+        q[drafting] = np.where(ctx_rows[drafting], q[drafting], 1) + verify
+        return drafting, drafted, accepted, width
+
+    def _accept(self, rows, chunk, ctx_rows, drafting, accepted) -> np.ndarray:
+        """g. Commit accepted + 1 per verify row (never past the output); rewind rejected KV."""
+        now = self.env.now
+        ctx_idx = np.flatnonzero(ctx_rows)
+        crow = rows[ctx_idx]
+        self.computed[crow] += chunk[ctx_idx]
+        commit = np.where(ctx_rows, 0, 1)
+        commit[ctx_idx[self.computed[crow] >= self.ctx_target[crow]]] = 1
+        commit[drafting] += accepted
+        commit = np.minimum(commit, self.olen[rows] - self.generated[rows])
+        firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
+        self.first_token[firsts] = now
+        self.generated[rows] += commit
+        self.emits[rows] += commit > 0
+        # Rewind to the resident KV: the newest committed token is written by the next forward.
+        self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows],
+                                      self.plen[rows] + self.generated[rows] - 1))
+        emitted = commit > 0
+        self.trace.emissions.append((rows[emitted], now, commit[emitted]))
+        self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
+        return commit
+
+    def _gate_sample(self, spec, drafted, accepted, q, ctx_rows, drafting):
+        """h. One SpeculationGate sample: sum accepted / sum drafted over the rows that drafted."""
+        if not spec or not len(drafted):
+            return None
+        proposed = drafted > 0
+        self.trace.accepted_hist += np.bincount(accepted[proposed], minlength=len(self.trace.accepted_hist))
+        sum_d = int(drafted.sum())
+        # "padded" counts the verified width (CUDA-graph zeros included) of every drafting row.
+        denom = sum_d if self.s.gate_denominator == "drafted" else int((q[drafting] - 1).sum())
+        return int(accepted.sum()) / denom if sum_d > 0 and denom > 0 else None
+
     def run_loop(self):
         s = self.s
         it = 0
-        hist = self.trace.accepted_hist
         while True:
             self._fetch()
             if not self.active:
@@ -332,70 +385,32 @@ class Executor:
             if len(rows) == 0:
                 raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
             self._last_scheduled = len(rows)
-            gen = rows[~ctx_rows]
-            drafted = accepted = np.zeros(len(gen), dtype=np.int64)
-            width = 0
-            if spec and len(gen):
-                drafted, accepted = self.oracle.draft(gen, self.generated[gen], k_run)
-                if s.verify_width == "static":
-                    width = self.k_static  # NGram / two-model: padded to the static max_draft_len
-                elif s.verify_width == "runtime":
-                    width = k_run  # one-model (SA): runtime K, not padded further
-                q[~ctx_rows] = 1 + (drafted if s.verify_width == "draft" else width)
+            chunk = np.where(ctx_rows, q, 0)  # prefill positions computed this step
+            drafting, drafted, accepted, width = self._draft(rows, q, ctx_rows, spec, k_run)
             resident = np.where(ctx_rows, self.computed[rows], self.plen[rows] + self.generated[rows] - 1)
             self.kv.resize(rows, resident + q)
             step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
-            if spec and len(gen):
-                step += self.cost.draft_time(s.drafter, len(gen), k_run)
+            if spec and drafting.any():
+                step += self.cost.draft_time(s.drafter, int(drafting.sum()), k_run)
             start = self.env.now
             yield self.env.timeout(step)
-            now = self.env.now
+            commit = self._accept(rows, chunk, ctx_rows, drafting, accepted)
 
-            # g. accept: commit accepted + 1 (never past the output), rewind rejected KV
-            commit = np.zeros(len(rows), dtype=np.int64)
-            ctx_idx = np.flatnonzero(ctx_rows)
-            if len(ctx_idx):
-                crow = rows[ctx_idx]
-                self.computed[crow] += q[ctx_idx]
-                completes = self.computed[crow] >= self.ctx_target[crow]
-                commit[ctx_idx[completes]] = 1
-            gen_idx = np.flatnonzero(~ctx_rows)
-            commit[gen_idx] = np.minimum(accepted + 1, self.olen[gen] - self.generated[gen])
-            firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
-            self.first_token[firsts] = now
-            self.generated[rows] += commit
-            self.emits[rows] += commit > 0
-            # Rewind to the resident KV: the newest committed token is written by the next forward.
-            self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows],
-                                          self.plen[rows] + self.generated[rows] - 1))
-            emitted = commit > 0
-            self.trace.emissions.append((rows[emitted], now, commit[emitted]))
-            self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
-
-            # h. the gate: one sample per speculating iteration over requests that drafted
-            sum_d = int(drafted.sum())
-            sample = None
-            if spec and len(gen):
-                drafting = drafted > 0
-                # "padded" counts the verified width (CUDA-graph zeros included) of every generation row.
-                denom = sum_d if s.gate_denominator == "drafted" else int(q[~ctx_rows].sum()) - len(gen)
-                if sum_d > 0 and denom > 0:
-                    sample = int(accepted.sum()) / denom
-                hist += np.bincount(accepted[drafting], minlength=len(hist))
+            sample = self._gate_sample(spec, drafted, accepted, q, ctx_rows, drafting)
             if self.gate is not None:
                 if s.overlap_scheduler:
                     sample, self._pending_sample = self._pending_sample, sample
                 if sample is not None and self.gate.record(sample):
                     self._trip(it)
             self.trace.iterations.append((
-                it, start, step, len(self.active), len(self.waiting), len(rows), len(gen),
-                int(q[ctx_rows].sum()), k_run, spec, sum_d, int(accepted.sum()), int(q[~ctx_rows].sum()),
-                int(commit.sum()), int(commit[ctx_rows].sum()), self.kv.used,
+                it, start, step, len(self.active), len(self.waiting), len(rows), int((~ctx_rows).sum()),
+                int(chunk.sum()), k_run, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum() - chunk.sum()),
+                int(commit.sum()), int((commit[ctx_rows] > 0).sum()), self.kv.used,
             ))
             finished = rows[self.generated[rows] >= self.olen[rows]]
             if len(finished):
                 self._on_finish(finished, it)
-            if self.max_sim_time is not None and now >= self.max_sim_time:
+            if self.max_sim_time is not None and self.env.now >= self.max_sim_time:
                 return
 
     def run(self) -> Trace:

@@ -24,6 +24,10 @@ class AcceptanceOracle(ABC):
     drafter sees is ``prompt + output[:committed]``.
     """
 
+    #: True when the drafter also proposes on the chunk that completes a prompt (HF prompt lookup:
+    #: the prefill forward verifies a draft built from the prompt).
+    drafts_at_prefill = False
+
     def __init__(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> None:
         self.prompt_lens = np.asarray(prompt_lens, dtype=np.int64)
         self.output_lens = np.asarray(output_lens, dtype=np.int64)

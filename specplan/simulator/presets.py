@@ -69,5 +69,5 @@ def resolve_speculation(engine: EngineConfig, spec: SpeculationConfig) -> Specul
             update["k_from"] = "scheduled"
     elif spec.num_speculative_tokens_per_batch_size is not None:
         raise ConfigError("speculation.num_speculative_tokens_per_batch_size: a vLLM field; TensorRT-LLM uses draft_len_schedule")
-    resolved = spec.model_copy(update=update)
-    return SpeculationConfig.model_validate(resolved.model_dump())
+    # Re-validate only what was set, so unset fields keep meaning "the engine's default".
+    return SpeculationConfig.model_validate({**spec.model_dump(exclude_unset=True), **update})

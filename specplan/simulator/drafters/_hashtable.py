@@ -67,18 +67,13 @@ def ht_rehash(keys, vals, new_keys, new_vals):
             ht_put(new_keys, new_vals, keys[i], vals[i])
 
 
-def table_capacity(n_keys: int) -> int:
+@njit(cache=True)
+def table_capacity(n_keys):
     """Smallest power of two that keeps ``n_keys`` at or under half load."""
     cap = 16
     while cap < 2 * n_keys:
         cap *= 2
     return cap
-
-
-def new_table(n_keys: int, val_dtype=np.int32) -> tuple[np.ndarray, np.ndarray]:
-    """An empty table sized for ``n_keys`` keys."""
-    cap = table_capacity(n_keys)
-    return np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=val_dtype)
 
 
 def grown_table(keys: np.ndarray, vals: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:

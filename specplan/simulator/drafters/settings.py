@@ -141,15 +141,15 @@ class DrafterSettings:
     def from_spec(cls, spec, max_batch_size: int = 64, **overrides) -> "DrafterSettings":
         """Settings from a ``SpeculationConfig``; fields the user did not set keep the engine default.
 
-        ``decoding_type: AUTO`` becomes TensorRT-LLM's ``suggest_spec_config``: an NGram pool with
-        ``max_matching_ngram_size`` 3 for max_batch_size <= 4, else 5 (public pool, keep all, oldest).
+        ``max_matching_ngram_size`` counts as unset when it is None or not in the model's
+        ``model_fields_set``. ``decoding_type: AUTO`` takes TensorRT-LLM's ``suggest_spec_config``.
         """
         dtype = spec.decoding_type
         if dtype not in _DECODING_TYPES:
             raise ConfigError(f"speculation.decoding_type: {dtype!r} has no model-free drafter")
         explicit = getattr(spec, "model_fields_set", None)
         n = spec.max_matching_ngram_size
-        if explicit is not None and "max_matching_ngram_size" not in explicit:
+        if n is not None and explicit is not None and "max_matching_ngram_size" not in explicit:
             n = None  # the config's shared default must not override the engine's own per-drafter default
         fields = dict(
             kind=_DECODING_TYPES[dtype],
@@ -171,8 +171,9 @@ class DrafterSettings:
             eos_token_ids=tuple(getattr(spec, "eos_token_ids", None) or ()),
         )
         if dtype == "AUTO":
-            fields.update(max_matching_ngram_size=3 if max_batch_size <= 4 else 5,
-                          is_keep_all=True, is_use_oldest=True, is_public_pool=True)
+            from specplan.simulator.presets import suggest_spec_config
+
+            fields.update({k: v for k, v in suggest_spec_config(max_batch_size).items() if k in fields})
         fields.update(overrides)
         return cls(**fields)
 

@@ -1,0 +1,121 @@
+"""``specplan acceptance``: replay a token trace through one exact drafter at a fixed K."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+DRAFTERS = {"ngram": "ngram", "sa": "sa", "vllm-ngram": "vllm_ngram", "suffix": "suffix", "pld": "pld"}
+
+
+def default_k(kind: str, depth: int) -> int:
+    """K when --max-draft-len is not given: PLD's 10 continuation tokens, suffix decoding's tree depth
+    (vLLM's default for num_speculative_tokens), otherwise 4 (specplan's default max_draft_len)."""
+    return {"pld": 10, "suffix": depth}.get(kind, 4)
+
+
+def write_steps(path: Path, steps) -> None:
+    """One JSON line per request, ``{"id", "steps": [[position, [draft], accepted], ...]}``, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rid, g in steps.groupby("rid", sort=True):
+                rows = [[int(p), [int(t) for t in d], int(a)]
+                        for p, d, a in zip(g["position"], g["draft"], g["accepted"])]
+                fh.write(json.dumps({"id": g["id"].iloc[0], "steps": rows}, separators=(",", ":")) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _tables(summary, k: int) -> list[Table]:
+    main = Table(show_header=True, header_style="bold", title="Acceptance (vLLM spec-decode metrics)")
+    for col in ("group", "reqs", "steps", "drafts", "drafted", "accepted", "accept len", "rate", "tok/step"):
+        main.add_column(col, justify="left" if col == "group" else "right")
+    pos = Table(show_header=True, header_style="bold", title="Per-position acceptance (share of drafts)")
+    hist = Table(show_header=True, header_style="bold", title="Acceptance-length histogram (drafts)")
+    pos.add_column("group")
+    hist.add_column("group")
+    for i in range(k):
+        pos.add_column(str(i + 1), justify="right")
+    for j in range(k + 1):
+        hist.add_column(str(j + 1), justify="right")
+    for row in summary.to_dict("records"):
+        main.add_row(row["group"], str(row["requests"]), str(row["steps"]), str(row["drafts"]),
+                     str(row["draft_tokens"]), str(row["accepted_tokens"]), f"{row['mean_acceptance_length']:.3f}",
+                     f"{row['acceptance_rate']:.3f}", f"{row['tokens_per_step']:.3f}")
+        pos.add_row(row["group"], *(f"{x:.3f}" for x in row["per_position"]))
+        hist.add_row(row["group"], *(str(x) for x in row["histogram"]))
+    return [main, pos, hist]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def acceptance(
+        trace: Path = typer.Argument(..., help="Token trace: JSON lines of {id, prompt_ids, output_ids}."),
+        drafter: str = typer.Option(..., "--drafter", help="ngram | sa | vllm-ngram | suffix | pld."),
+        max_draft_len: Optional[int] = typer.Option(None, "--max-draft-len", help="K (default: the drafter's)."),
+        max_matching_ngram_size: Optional[int] = typer.Option(
+            None, "--max-matching-ngram-size", help="NGram 2, SA -1 (longest), PLD 3 (reference) / 2 (hf) by default."),
+        is_keep_all: bool = typer.Option(True, "--is-keep-all/--no-is-keep-all", help="NGram pool."),
+        is_use_oldest: bool = typer.Option(True, "--is-use-oldest/--no-is-use-oldest", help="NGram pool."),
+        is_public_pool: bool = typer.Option(True, "--is-public-pool/--no-is-public-pool", help="NGram pool."),
+        enable_global_pool: bool = typer.Option(False, "--enable-global-pool/--no-enable-global-pool", help="SA."),
+        global_pool_size: Optional[int] = typer.Option(None, "--global-pool-size", help="SA global pool slots."),
+        max_batch_size: int = typer.Option(64, "--max-batch-size", help="Sets SA's default global_pool_size."),
+        prompt_lookup_min: Optional[int] = typer.Option(None, "--prompt-lookup-min", help="vLLM n-gram."),
+        prompt_lookup_max: Optional[int] = typer.Option(None, "--prompt-lookup-max", help="vLLM n-gram."),
+        suffix_max_tree_depth: int = typer.Option(24, "--suffix-max-tree-depth"),
+        suffix_max_cached_requests: int = typer.Option(10000, "--suffix-max-cached-requests", help="0: no global tree."),
+        suffix_max_spec_factor: float = typer.Option(1.0, "--suffix-max-spec-factor"),
+        suffix_max_spec_offset: float = typer.Option(0.0, "--suffix-max-spec-offset"),
+        suffix_min_token_prob: float = typer.Option(0.1, "--suffix-min-token-prob"),
+        pld_variant: str = typer.Option("reference", "--pld-variant", help="reference or hf."),
+        eos_token_id: list[int] = typer.Option([], "--eos-token-id", help="HF PLD cuts drafts before these (repeatable)."),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+        dump_steps: Optional[Path] = typer.Option(None, "--dump-steps", help="Write every step as JSON lines here."),
+        cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep precomputed tables here (.npz)."),
+    ) -> None:
+        """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
+        from specplan.simulator.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
+        from specplan.workloads.tokentrace import read_token_trace
+
+        if fmt not in ("table", "json"):
+            raise typer.BadParameter("--format must be table or json")
+        if drafter not in DRAFTERS:
+            raise typer.BadParameter(f"--drafter must be one of {', '.join(DRAFTERS)}")
+        kind = DRAFTERS[drafter]
+        k = max_draft_len if max_draft_len is not None else default_k(kind, suffix_max_tree_depth)
+        settings = DrafterSettings(
+            kind=kind, max_draft_len=k, max_matching_ngram_size=max_matching_ngram_size, is_keep_all=is_keep_all,
+            is_use_oldest=is_use_oldest, is_public_pool=is_public_pool, enable_global_pool=enable_global_pool,
+            global_pool_size=global_pool_size, prompt_lookup_min=prompt_lookup_min,
+            prompt_lookup_max=prompt_lookup_max, suffix_max_tree_depth=suffix_max_tree_depth,
+            suffix_max_cached_requests=suffix_max_cached_requests, suffix_max_spec_factor=suffix_max_spec_factor,
+            suffix_max_spec_offset=suffix_max_spec_offset, suffix_min_token_prob=suffix_min_token_prob,
+            pld_variant=pld_variant, eos_token_ids=tuple(eos_token_id))
+        requests = read_token_trace(trace)
+        console = Console(stderr=fmt == "json")
+        console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "
+                      f"({settings.key()}).")
+        cache = PrecomputeCache(cache_dir) if cache_dir is not None else None
+        steps = replay_trace(requests, settings, k, keep_drafts=dump_steps is not None, cache=cache,
+                             max_batch_size=max_batch_size)
+        summary = summarize_replay(steps, k)
+        if dump_steps is not None:
+            write_steps(dump_steps, steps)
+        if fmt == "json":
+            print(json.dumps({"trace": str(trace), "drafter": drafter, "k": k, "settings": settings.key(),
+                              "groups": summary.to_dict("records")}))
+            return
+        for table in _tables(summary, k):
+            console.print(table)

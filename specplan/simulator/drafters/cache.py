@@ -1,0 +1,93 @@
+"""Precompute cache: per-request tables keyed by a hash of the request's tokens and the drafter settings.
+
+Tables are dicts of equal-length numpy arrays. Lookups go to memory first, then, when a cache
+folder is set, to one ``.npz`` bundle per (request list, settings); what had to be computed is kept
+in memory and written back as a bundle, atomically (a temporary file renamed into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+Table = dict[str, np.ndarray]
+
+# Bumped whenever a kernel's output changes, so stale on-disk tables are never read.
+FORMAT_VERSION = "1"
+
+
+def request_key(tag: str, req) -> str:
+    """Content hash of one request under one drafter setting."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{FORMAT_VERSION}|{tag}|{req.prompt_len}|{req.output_len}|".encode())
+    h.update(np.ascontiguousarray(req.prompt_ids, dtype=np.int32).tobytes())
+    h.update(np.ascontiguousarray(req.output_ids, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+class PrecomputeCache:
+    """In-memory table cache with an optional on-disk folder of ``.npz`` bundles."""
+
+    def __init__(self, cache_dir: Optional[str | os.PathLike] = None) -> None:
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._mem: dict[str, Table] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def clear(self) -> None:
+        """Forget the in-memory tables (files on disk stay)."""
+        self._mem.clear()
+
+    def tables(self, tag: str, requests: Sequence, compute: Callable[[object], Table]) -> list[Table]:
+        """The table of every request, computing (and storing) only those not cached yet."""
+        keys = [request_key(tag, r) for r in requests]
+        missing = [i for i, k in enumerate(keys) if k not in self._mem]
+        bundle = None
+        if missing and self.cache_dir is not None:
+            h = hashlib.blake2b("|".join(keys).encode(), digest_size=16).hexdigest()
+            bundle = self.cache_dir / f"{h}.npz"
+            if bundle.exists():
+                self._mem.update(_read_bundle(bundle))
+                missing = [i for i in missing if keys[i] not in self._mem]
+        self.hits += len(requests) - len(missing)
+        self.misses += len(missing)
+        for i in missing:
+            self._mem[keys[i]] = compute(requests[i])
+        if missing and bundle is not None:
+            _write_bundle(bundle, {k: self._mem[k] for k in dict.fromkeys(keys)})
+        return [self._mem[k] for k in keys]
+
+
+def _read_bundle(path: Path) -> dict[str, Table]:
+    with np.load(path, allow_pickle=False) as z:
+        keys = [str(k) for k in z["keys"]]
+        lengths = z["lengths"]
+        fields = [f for f in z.files if f not in ("keys", "lengths")]
+        cols = {f: np.split(z[f], np.cumsum(lengths)[:-1]) for f in fields}
+    return {k: {f: cols[f][i] for f in fields} for i, k in enumerate(keys)}
+
+
+def _write_bundle(path: Path, tables: dict[str, Table]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = list(tables)
+    fields = list(next(iter(tables.values())))
+    arrays = {f: np.concatenate([tables[k][f] for k in keys]) for f in fields}
+    arrays["keys"] = np.array(keys)
+    arrays["lengths"] = np.array([len(tables[k][fields[0]]) for k in keys], dtype=np.int64)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+DEFAULT_CACHE = PrecomputeCache()
