@@ -61,7 +61,7 @@ def _tables(summary, k: int) -> list[Table]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def acceptance(
-        trace: Path = typer.Argument(..., help="Token trace: JSON lines of {id, prompt_ids, output_ids}."),
+        trace: str = typer.Argument(..., help="A bundled trace name (see `specplan workloads list`) or a trace file."),
         drafter: str = typer.Option(..., "--drafter", help="ngram | sa | vllm-ngram | suffix | pld."),
         max_draft_len: Optional[int] = typer.Option(None, "--max-draft-len", help="K (default: the drafter's)."),
         max_matching_ngram_size: Optional[int] = typer.Option(
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
         from specplan.simulator.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
-        from specplan.workloads.tokentrace import read_token_trace
+        from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             suffix_max_cached_requests=suffix_max_cached_requests, suffix_max_spec_factor=suffix_max_spec_factor,
             suffix_max_spec_offset=suffix_max_spec_offset, suffix_min_token_prob=suffix_min_token_prob,
             pld_variant=pld_variant, eos_token_ids=tuple(eos_token_id))
-        requests = read_token_trace(trace)
+        requests = load_workload(trace)
         console = Console(stderr=fmt == "json")
         console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "
                       f"({settings.key()}).")
