@@ -33,7 +33,15 @@ class EngineConfig(_Section):
     overlap_scheduler: bool = False
 
 
-DecodingType = Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO"]
+DecodingType = Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3"]
+NEURAL_DRAFTERS = ("MTP", "Eagle3")
+
+
+class SAEnhancerConfig(_Section):
+    """TensorRT-LLM ``SAEnhancerConfig`` (``sa_config`` on a model-based drafter, beta)."""
+
+    threshold: int = Field(4, ge=1, description="SA match length at which the SA draft replaces the neural row")
+    enable_global_pool: bool = False
 
 
 class SpeculationConfig(_Section):
@@ -63,6 +71,7 @@ class SpeculationConfig(_Section):
     suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
     pld_variant: Literal["reference", "hf"] = "reference"
     eos_token_ids: Optional[list[int]] = Field(None, description="HF prompt lookup cuts drafts before these tokens")
+    sa_config: Optional[SAEnhancerConfig] = Field(None, description="SA enhancer on an MTP / Eagle3 drafter")
 
     draft_len_schedule: Optional[dict[int, int]] = None
     num_speculative_tokens_per_batch_size: Optional[list[tuple[int, int, int]]] = None
@@ -160,6 +169,16 @@ class SimConfig(_Section):
     slo_ttft_s: Optional[float] = Field(None, gt=0)
     slo_tpot_s: Optional[float] = Field(None, gt=0)
     max_sim_time_s: Optional[float] = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> "SimConfig":
+        sp, mode = self.speculation, self.acceptance.mode
+        if sp.decoding_type in NEURAL_DRAFTERS and mode == "drafter":
+            raise ValueError(f"acceptance.mode: {sp.decoding_type} is a model-based drafter; give its acceptance "
+                             "(alpha, per_position, length_dist or recorded)")
+        if sp.sa_config is not None and sp.decoding_type not in NEURAL_DRAFTERS:
+            raise ValueError("speculation.sa_config: the SA enhancer applies to MTP or Eagle3 drafters")
+        return self
 
 
 def format_validation_error(exc, source: str = "config") -> str:

@@ -13,7 +13,7 @@ from specplan.errors import ConfigError
 
 # Drafters each engine ships ("pld" is the reference / HF-transformers prompt lookup, in both).
 ENGINE_DRAFTERS = {
-    "trtllm": ("none", "NGram", "SA", "AUTO", "pld"),
+    "trtllm": ("none", "NGram", "SA", "AUTO", "pld", "MTP", "Eagle3"),
     "vllm": ("none", "vllm_ngram", "suffix", "pld"),
 }
 

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from specplan.config import SimConfig
+from specplan.config import SimConfig, SpeculationConfig
 from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
@@ -22,7 +22,8 @@ from specplan.simulator.oracles import AcceptanceOracle, alpha_oracle, length_di
 
 # Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
 # (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
-DEFAULT_VERIFY_WIDTH = {"NGram": "static", "SA": "runtime", "vllm_ngram": "draft", "suffix": "draft", "pld": "draft"}
+DEFAULT_VERIFY_WIDTH = {"NGram": "static", "SA": "runtime", "vllm_ngram": "draft", "suffix": "draft", "pld": "draft",
+                        "MTP": "runtime", "Eagle3": "runtime"}
 
 
 @dataclass
@@ -107,6 +108,7 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         legacy_gate_window=sp.acceptance_window,
         legacy_gate_threshold=sp.acceptance_length_threshold,
         drafter=sp.decoding_type,
+        sa_enhancer=sp.sa_config is not None,
     )
 
 
@@ -129,6 +131,18 @@ def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Wor
 
 
 def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> AcceptanceOracle:
+    """The acceptance oracle: the exact drafter, a parametric or recorded one, or the SA enhancer."""
+    sp = cfg.speculation
+    if sp.sa_config is not None:
+        from specplan.simulator.drafters import make_drafter_oracle
+        from specplan.simulator.enhancer import SAEnhancedOracle
+
+        sa_spec = SpeculationConfig(decoding_type="SA", max_draft_len=sp.max_draft_len,
+                                    enable_global_pool=sp.sa_config.enable_global_pool)
+        neural = build_oracle(cfg.model_copy(update={"speculation": sp.model_copy(update={"sa_config": None})}),
+                              workload, requests)
+        sa = make_drafter_oracle(sa_spec, requests, cfg.engine.max_batch_size)
+        return SAEnhancedOracle(neural, sa, sp.sa_config.threshold)
     a = cfg.acceptance
     args = (workload.prompt_lens, workload.output_lens)
     seed = int(np.random.default_rng([cfg.seed, 2]).integers(2**31))

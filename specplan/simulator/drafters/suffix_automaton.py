@@ -190,6 +190,14 @@ class SAOracle(TableOracle):
     def __init__(self, settings: DrafterSettings, requests, cache=None) -> None:
         super().__init__(settings, requests, lambda r: sa_tables(r, settings), cache)
 
+    def draft_with_match(self, rids, committed, k):
+        """``draft`` plus the match length per row (what the SA enhancer compares to its threshold)."""
+        drafted, accepted = self.draft(rids, committed, k)
+        rids = np.asarray(rids, dtype=np.int64)
+        committed = np.asarray(committed, dtype=np.int64)
+        idx = self._index(rids, np.minimum(committed, self.output_lens[rids] - 1))
+        return drafted, accepted, np.where(self._src[idx] >= 0, self._ell[idx], 0).astype(np.int64)
+
 
 # ---------------------------------------------------------------------------------------------
 # Global pool: one automaton per slot in a shared arena, queried with matching statistics.
@@ -333,8 +341,19 @@ class SAGlobalPoolOracle(TableOracle):
                 self._retained.append(slot)
 
     def propose(self, rid: int, committed: int, k: int) -> np.ndarray:
+        return self._lookup(rid, committed, k)[0]
+
+    def draft_with_match(self, rids, committed, k):
+        """``draft`` plus the match length per row (what the SA enhancer compares to its threshold)."""
+        drafted, accepted = self.draft(rids, committed, k)
+        match = np.array([self._lookup(r, c, k)[1] for r, c in zip(np.asarray(rids).tolist(),
+                                                                    np.asarray(committed).tolist())], dtype=np.int64)
+        return drafted, accepted, match
+
+    def _lookup(self, rid: int, committed: int, k: int) -> tuple[np.ndarray, int]:
+        """The draft tokens and the match length they come from."""
         if k <= 0 or committed >= self.output_lens[rid]:
-            return np.empty(0, dtype=np.int32)
+            return np.empty(0, dtype=np.int32), 0
         own_slot = self._sync(rid, committed)
         L = int(self.prompt_lens[rid] + committed)
         tokens = self._tokens[rid]
@@ -348,11 +367,11 @@ class SAGlobalPoolOracle(TableOracle):
             m, slot, end = _best_other_slot(self._st, self._hk, self._hv, self._root[others], self._len[others],
                                             others, query)
         if own_m > 0 and own_m >= m:
-            return tokens[own_src:min(own_src + k, L)]
+            return tokens[own_src:min(own_src + k, L)], own_m
         if m == 0:
-            return np.empty(0, dtype=np.int32)
+            return np.empty(0, dtype=np.int32), 0
         text = self._tokens[int(self._owner[slot])]
-        return text[end + 1:min(end + 1 + k, int(self._len[slot]))]
+        return text[end + 1:min(end + 1 + k, int(self._len[slot]))], m
 
     def draft(self, rids, committed, k):
         return DrafterOracle.draft(self, rids, committed, k)
