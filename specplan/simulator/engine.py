@@ -85,6 +85,7 @@ class Trace:
     iterations: list = field(default_factory=list)
     emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
     accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
     gate_tripped_iteration: Optional[int] = None
     gate_tripped_time: Optional[float] = None
     preemptions: int = 0
@@ -101,12 +102,13 @@ class Executor:
     """One engine replica: the SimPy executor loop plus the request frontend."""
 
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
-                 cost: CostModel, max_sim_time: Optional[float] = None) -> None:
+                 cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False) -> None:
         self.s = settings
         self.w = workload
         self.oracle = oracle
         self.cost = cost
         self.max_sim_time = max_sim_time
+        self.record_batches = record_batches  # keep every step's composition (fidelity replay)
         n = len(workload.prompt_lens)
         self.n = n
         self.plen = workload.prompt_lens.astype(np.int64)
@@ -398,6 +400,8 @@ class Executor:
             resident = np.where(ctx_rows, self.computed[rows], self.plen[rows] + self.generated[rows] - 1)
             self.kv.resize(rows, resident + q)
             step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
+            if self.record_batches:
+                self.trace.batches.append((rows.copy(), q.copy(), resident, ctx_rows))
             if spec and drafting.any():
                 step += self._draft_time(int(drafting.sum()), k_run)
             start = self.env.now

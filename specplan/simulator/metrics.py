@@ -45,6 +45,20 @@ def iteration_table(ex: Executor) -> pd.DataFrame:
     return pd.DataFrame.from_records(ex.trace.iterations, columns=list(ITERATION_FIELDS))
 
 
+def batch_table(ex: Executor) -> pd.DataFrame:
+    """One row per scheduled sequence per iteration (recorded runs only)."""
+    b = ex.trace.batches
+    if not b:
+        return pd.DataFrame({"iteration": [], "request": [], "query_tokens": [], "context_tokens": [], "is_prefill": []})
+    return pd.DataFrame({
+        "iteration": np.repeat(np.arange(1, len(b) + 1), [len(x[0]) for x in b]),
+        "request": np.concatenate([x[0] for x in b]),
+        "query_tokens": np.concatenate([x[1] for x in b]),
+        "context_tokens": np.concatenate([x[2] for x in b]),
+        "is_prefill": np.concatenate([x[3] for x in b]),
+    })
+
+
 def emission_table(ex: Executor) -> pd.DataFrame:
     """One row per emitted chunk: request index, time, tokens."""
     em = ex.trace.emissions

@@ -36,6 +36,7 @@ class SimResult:
     iterations: pd.DataFrame
     emissions: pd.DataFrame
     description: dict = field(default_factory=dict)
+    batches: Optional[pd.DataFrame] = None
 
     def save(self, out_dir: str | os.PathLike, formats: tuple[str, ...] = ("parquet", "csv")) -> Path:
         """Write tables and the summary; each file goes to a temporary name, then is renamed."""
@@ -190,17 +191,19 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
-def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None) -> SimResult:
+def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False) -> SimResult:
     """Run one scenario to completion and return its tables and summary.
 
-    ``cost`` and ``requests`` may be passed pre-built to share them across runs.
+    ``cost`` and ``requests`` may be passed pre-built to share them across runs. With
+    ``record_batches`` the result's ``batches`` table holds every step's rows (request, query
+    tokens, resident context, prefill flag), for replaying the schedule on a device.
     """
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, workload, requests)
     cost = cost if cost is not None else build_cost(cfg)
-    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s)
+    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
     ex.run()
     req = metrics.request_table(ex, [r.id for r in requests])
     its = metrics.iteration_table(ex)
@@ -209,7 +212,8 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None) -> SimR
     summary["seed"] = cfg.seed
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
-    return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec})
+    return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
+                     metrics.batch_table(ex) if record_batches else None)
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:
