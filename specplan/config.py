@@ -155,6 +155,24 @@ class CostConfig(_Section):
     profile: Optional[str] = None
     host_overhead_s: Optional[float] = Field(None, ge=0)
     cuda_graph_padding: bool = True
+    # Analytic, linear and drafting knobs; None keeps the documented default in cost_models/options.py.
+    dtype: Optional[Literal["bf16", "fp8"]] = None
+    eta_mem: Optional[float] = Field(None, gt=0, le=1)
+    eta_comp: Optional[float] = Field(None, gt=0, le=1)
+    eta_attn: Optional[float] = Field(None, gt=0, le=1)
+    eta_attn_comp: Optional[float] = Field(None, gt=0, le=1)
+    gemm_floor_s: Optional[float] = Field(None, ge=0)
+    attn_floor_s: Optional[float] = Field(None, ge=0)
+    small_kernels_per_layer: Optional[int] = Field(None, ge=0)
+    small_kernel_s: Optional[float] = Field(None, ge=0)
+    host_overhead_per_seq_s: Optional[float] = Field(None, ge=0)
+    cuda_graph_max_tokens: Optional[int] = Field(None, ge=1)
+    allreduce_alpha_s: Optional[float] = Field(None, ge=0)
+    allreduce_beta_Bps: Optional[float] = Field(None, gt=0)
+    linear_coefficients: Optional[dict[str, float]] = Field(None, description="c0_s, c_tok_s, c_kv_s, c_seq_s")
+    linear_fit_csv: Optional[str] = None
+    draft_fraction: Optional[float] = Field(None, ge=0)
+    draft_costs: Optional[str] = None
 
 
 class SimConfig(_Section):

@@ -21,6 +21,7 @@ for SA.
 
 from __future__ import annotations
 
+import functools
 import math
 from importlib import resources
 from pathlib import Path
@@ -102,6 +103,26 @@ class DraftCostFile(DraftCostSection):
         return self
 
 
+@functools.lru_cache(maxsize=16)
+def _read_draft_costs(path: Optional[str]) -> DraftCostFile:
+    """Parse a draft-costs file (the bundled one when ``path`` is None), once per path."""
+    if path is None:
+        text = resources.files("specplan").joinpath("data", "profiles", "draft_costs.yaml").read_text()
+        source = "bundled draft_costs.yaml"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read draft costs ({exc.strerror})") from None
+        source = str(path)
+    try:
+        return DraftCostFile.model_validate(yaml.safe_load(text))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
 class DraftCost:
     """Prices ``CostModel.draft_time`` from a ``DraftCostSection`` and the GPU's SM count."""
 
@@ -115,22 +136,7 @@ class DraftCost:
     @classmethod
     def load(cls, path: Optional[str], sm_count: int) -> "DraftCost":
         """From a draft-costs file, or the bundled one when ``path`` is None."""
-        if path is None:
-            text = resources.files("specplan").joinpath("data", "profiles", "draft_costs.yaml").read_text()
-            source = "bundled draft_costs.yaml"
-        else:
-            try:
-                text = Path(path).read_text()
-            except OSError as exc:
-                raise ConfigError(f"{path}: cannot read draft costs ({exc.strerror})") from None
-            source = str(path)
-        try:
-            data = yaml.safe_load(text)
-            return cls(DraftCostFile.model_validate(data), sm_count)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
-        except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc, source)) from None
+        return cls(_read_draft_costs(path), sm_count)
 
     @classmethod
     def default(cls, sm_count: int) -> "DraftCost":

@@ -1,0 +1,35 @@
+"""``specplan calibrate``: benchmark a model's decoder stack on this device and write a profile.
+
+Needs torch (``pip install 'specplan[calibrate]'``); it is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def calibrate(
+        model: str = typer.Option(..., "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
+        out: Path = typer.Option(..., "--out", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
+        tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism: measure one GPU's shard."),
+        device: str = typer.Option("cuda", "--device", help="cuda or cpu (cpu: use --model tiny)."),
+        budget_s: float = typer.Option(480.0, "--budget-s", min=1.0, help="Wall-clock budget of the whole command."),
+        layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Override the model's layer count."),
+        name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL[/tpN])."),
+        repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved passes over the grid."),
+        heldout: float = typer.Option(0.25, "--heldout", min=0.05, max=0.5, help="Fraction of points held out."),
+        threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),
+        seed: int = typer.Option(0, "--seed", help="Grid order, weights, held-out split."),
+        draft_bench: bool = typer.Option(True, "--draft-bench/--no-draft-bench",
+                                         help="Also time the NGram host pool on this CPU."),
+    ) -> None:
+        """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B)."""
+        from specplan.calibration.runner import run_calibration
+
+        run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
+                        repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench)

@@ -1,0 +1,75 @@
+"""``specplan profile list | show | plot``: step-time profiles and their gamma(B, K) view.
+
+``NAME|PATH`` is a profile file, or a bundled name ``GPU/MODEL[/tpN]``: a file shipped under
+``specplan/data/profiles`` (``list`` shows them with their provenance), or for any catalogued GPU and
+model without one, the analytic roofline of that pair. T(B, 1) includes the default per-step host
+overhead; gamma is derived from step times at the given context.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specplan.cost_models.gamma import gamma_view, plot_view, render_table
+from specplan.cost_models.hardware import GPUS
+from specplan.cost_models.models import MODELS
+from specplan.cost_models.registry import bundled_profile_names, cost_model_from_profile, load_profile
+
+profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
+
+NAME_HELP = "Profile file, or bundled name GPU/MODEL[/tpN] (e.g. h200/llama-3.1-8b)."
+
+
+@profile_app.command("list")
+def list_profiles() -> None:
+    """List the bundled profiles, whether each is measured or analytic, and where it comes from."""
+    table = Table(show_header=True, header_style="bold")
+    for col in ("name", "kind", "source"):
+        table.add_column(col)
+    for name in bundled_profile_names():
+        profile, _ = load_profile(name)
+        table.add_row(name, profile.provenance.kind, " ".join(profile.provenance.source.split()))
+    console = Console()
+    console.print(table)
+    console.print(f"Any other GPU/MODEL[/tpN] with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
+                  "resolves to that pair's analytic roofline.", markup=False)
+
+
+@profile_app.command("show")
+def show(
+    name: str = typer.Argument(..., help=NAME_HELP),
+    context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Print T(B, 1) and gamma(B, K) for B = 1..256 and K = 1..8."""
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("--format must be table or json")
+    model = cost_model_from_profile(name)
+    view = gamma_view(model, context)
+    if fmt == "json":
+        print(json.dumps({"profile": name, **view}))
+        return
+    console = Console()
+    console.print(model.describe())
+    console.print(render_table(view, f"{name}: T(B,1) and γ(B,K) at context {context}"))
+
+
+@profile_app.command("plot")
+def plot(
+    name: str = typer.Argument(..., help=NAME_HELP),
+    out: Path = typer.Option(..., "--out", help="Image file to write (PNG, SVG or PDF by extension)."),
+    context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
+) -> None:
+    """Draw T(B, 1) and gamma(B, K) against B, one curve per K."""
+    model = cost_model_from_profile(name)
+    plot_view(gamma_view(model, context), model.describe(), out)
+    Console(stderr=True).print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(profile_app, name="profile")

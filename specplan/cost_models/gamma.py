@@ -1,0 +1,65 @@
+"""The gamma(B, K) view of any cost model, and its table and plot renderings.
+
+gamma(B, K) = (T(B, 1+K) - T(B, 1)) / (K * T(B, 1)) at one context length, with T the model's
+``step_time`` of a uniform generation batch (``CostModel.gamma``). It is a reporting view derived
+from step times, never a fitted primitive (COSTS.md §2a, §3).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Sequence
+
+from specplan.cost_models.base import CostModel, StepBatch
+
+BATCH_SIZES = tuple(range(1, 257))
+DRAFT_LENS = tuple(range(1, 9))
+
+
+def gamma_view(model: CostModel, context: int = 1024, batch_sizes: Sequence[int] = BATCH_SIZES,
+               draft_lens: Sequence[int] = DRAFT_LENS) -> dict:
+    """``{"context", "B", "t_base_s", "gamma": {"K": [...]}}`` with T(B, 1) and gamma(B, K) per B."""
+    return {
+        "context": context,
+        "B": list(batch_sizes),
+        "t_base_s": [model.step_time(StepBatch.decode(b, 1, context)) for b in batch_sizes],
+        "gamma": {str(k): [model.gamma(b, k, context) for b in batch_sizes] for k in draft_lens},
+    }
+
+
+def render_table(view: dict, title: str):
+    """A rich ``Table``: one row per B with T(B, 1) in ms and gamma for each K."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("B", justify="right")
+    table.add_column("T(B,1) ms", justify="right")
+    for k in view["gamma"]:
+        table.add_column(f"γ K={k}", justify="right")
+    for i, b in enumerate(view["B"]):
+        table.add_row(str(b), f"{view['t_base_s'][i] * 1e3:.3f}", *(f"{g[i]:.3f}" for g in view["gamma"].values()))
+    return table
+
+
+def plot_view(view: dict, title: str, out: str | Path) -> None:
+    """Draw T(B, 1) and gamma(B, K) against B, one curve per K, to an image file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_g) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax_t.plot(view["B"], [t * 1e3 for t in view["t_base_s"]], color="black")
+    ax_t.set(xlabel="batch size B", ylabel="T(B, 1) [ms]", title="decode step time")
+    for k, g in view["gamma"].items():
+        ax_g.plot(view["B"], g, label=f"K={k}")
+    ax_g.set(xlabel="batch size B", ylabel="γ(B, K)", title=f"cost per verified position, context {view['context']}")
+    ax_g.legend(ncol=2, fontsize=8)
+    for ax in (ax_t, ax_g):
+        ax.grid(alpha=0.3)
+    fig.suptitle(textwrap.fill(title, 140), fontsize=9)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

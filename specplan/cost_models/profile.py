@@ -1,0 +1,243 @@
+"""Step-time profiles: the file format, loading and writing, and the calibrated (``profile``) model.
+
+A profile file (YAML, ``format: specplan-profile/1``) is either
+
+- **measured** (``provenance.kind: measured``), written by ``specplan calibrate``: the step time is
+
+      T = g(N) + h(N_logits) + a_kv * sum(ctx + q) + a_dec * W_decode + a_pre * W_prefill
+          + TP communication + host overhead
+
+  with ``g`` piecewise linear over the measured total-token grid (token-level work: GEMMs, norms,
+  activations, embedding), ``h`` piecewise linear over the measured LM-head grid, and attention
+  linear in the KV tokens touched and in the score work ``W = sum q * (ctx + (q + 1) / 2)`` of
+  generation rows and of prefill rows (``terms`` module). Continuous everywhere; outside the measured
+  range ``g`` and ``h`` extend their end segments and the model warns once per dimension, naming the
+  range. TP communication is analytic (a calibrate run measures one GPU's shard);
+- **analytic** (``provenance.kind: analytic``): a named roofline, ``gpu``, ``model``, ``tp`` and ``dtype``;
+  ``registry.cost_model_from_profile`` builds a ``RooflineCostModel`` from it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specplan.config import format_validation_error
+from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.draft import DraftCost, DraftCostSection
+from specplan.cost_models.options import CostOptions
+from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
+from specplan.errors import ConfigError
+
+PROFILE_FORMAT = "specplan-profile/1"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Curve(_Strict):
+    """Seconds at increasing token counts; piecewise linear between them."""
+
+    tokens: list[int] = Field(min_length=2)
+    seconds: list[float] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Curve":
+        if len(self.tokens) != len(self.seconds):
+            raise ValueError("tokens and seconds must have the same length")
+        if self.tokens[0] < 1 or any(b <= a for a, b in zip(self.tokens, self.tokens[1:])):
+            raise ValueError("tokens must be increasing positive integers")
+        if any(s < 0 for s in self.seconds):
+            raise ValueError("seconds must be >= 0")
+        return self
+
+
+class AttentionTerms(_Strict):
+    """Attention seconds per KV token touched and per unit of score work (whole model, one GPU)."""
+
+    kv_s_per_token: float = Field(ge=0)
+    decode_work_s: float = Field(ge=0)
+    prefill_work_s: float = Field(ge=0)
+
+
+class MeasuredRange(_Strict):
+    """What the calibration grid covered; predictions outside it warn."""
+
+    tokens: tuple[int, int]
+    logit_tokens: tuple[int, int]
+    max_context: int = Field(ge=0)
+    max_batch: int = Field(ge=1)
+
+
+class ModelShape(_Strict):
+    """The shapes TP communication needs."""
+
+    name: str
+    num_layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+
+
+class Provenance(_Strict):
+    kind: Literal["measured", "analytic"]
+    source: str
+    device: Optional[str] = None
+    date: Optional[str] = None
+    heldout_median_abs_error: Optional[float] = None
+    heldout_points: Optional[int] = None
+    notes: Optional[str] = None
+
+
+class ProfileFile(_Strict):
+    """One profile file; see the module docstring."""
+
+    format: str
+    name: str
+    provenance: Provenance
+    gpu: Optional[str] = Field(None, description="catalogue key: the roofline's GPU, SA drafting's SM count, TP links")
+    model: Optional[str] = Field(None, description="analytic: catalogue model name or config.json path")
+    tp: int = Field(1, ge=1)
+    dtype: Literal["bf16", "fp8", "fp32"] = "bf16"
+    model_shape: Optional[ModelShape] = None
+    token_time: Optional[Curve] = None
+    lm_head_time: Optional[Curve] = None
+    attention: Optional[AttentionTerms] = None
+    measured_range: Optional[MeasuredRange] = None
+    eager_overhead_s: Optional[float] = Field(None, description="median eager minus graph time (informational)")
+    draft: Optional[DraftCostSection] = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ProfileFile":
+        if self.format != PROFILE_FORMAT:
+            raise ValueError(f"format must be {PROFILE_FORMAT!r}")
+        if self.provenance.kind == "analytic":
+            if self.gpu is None or self.model is None:
+                raise ValueError("an analytic profile needs 'gpu' and 'model'")
+            if self.dtype == "fp32":
+                raise ValueError("an analytic profile's dtype is bf16 or fp8")
+            return self
+        for section in ("model_shape", "token_time", "lm_head_time", "attention", "measured_range"):
+            if getattr(self, section) is None:
+                raise ValueError(f"a measured profile needs a '{section}' section")
+        return self
+
+
+def parse_profile(text: str, source: str) -> ProfileFile:
+    """Validate profile YAML text; one-line ``ConfigError`` naming ``source`` and the field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of profile fields")
+    try:
+        return ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def read_profile(path: str | Path) -> ProfileFile:
+    """Load and validate a profile file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read profile ({exc.strerror})") from None
+    return parse_profile(text, str(path))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_profile(profile: ProfileFile, path: str | Path) -> None:
+    """Write ``profile`` as YAML, atomically."""
+    data = profile.model_dump(mode="json", exclude_none=True)
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120))
+
+
+class Segments:
+    """Piecewise-linear curve, extended linearly past its ends."""
+
+    def __init__(self, curve: Curve) -> None:
+        self.x = [float(t) for t in curve.tokens]
+        self.y = list(curve.seconds)
+
+    def __call__(self, n: float) -> float:
+        x, y = self.x, self.y
+        i = min(max(bisect.bisect_right(x, n) - 1, 0), len(x) - 2)
+        return y[i] + (y[i + 1] - y[i]) * (n - x[i]) / (x[i + 1] - x[i])
+
+
+class ProfileCostModel(CostModel):
+    """The calibrated model: interpolates a measured profile (see the module docstring)."""
+
+    name = "profile"
+
+    def __init__(self, profile: ProfileFile, draft: DraftCost, options: CostOptions = CostOptions(),
+                 source: str = "", allreduce: Optional[tuple[float, float]] = None) -> None:
+        if profile.provenance.kind != "measured":
+            raise ConfigError(f"{source or profile.name}: ProfileCostModel needs a measured profile")
+        self.profile, self.options, self.source = profile, options, source or profile.name
+        self._g = Segments(profile.token_time)
+        self._h = Segments(profile.lm_head_time)
+        a = profile.attention
+        self._a_kv, self._a_dec, self._a_pre = a.kv_s_per_token, a.decode_work_s, a.prefill_work_s
+        self._range = profile.measured_range
+        self._warned: set[str] = set()
+        if profile.tp > 1 and allreduce is None:
+            raise ConfigError(f"{self.source}: tp {profile.tp} needs all-reduce parameters (a catalogued gpu)")
+        self._allreduce = allreduce or (0.0, 1.0)  # unused at TP 1
+        self.draft = draft
+
+    def _warn_outside(self, what: str, value: float, lo: float, hi: float) -> None:
+        if what not in self._warned and not lo <= value <= hi:
+            self._warned.add(what)
+            warnings.warn(
+                f"profile {self.source}: {what} {value:g} is outside the measured range [{lo:g}, {hi:g}]; extrapolating",
+                stacklevel=3,
+            )
+
+    def step_time(self, batch: StepBatch) -> float:
+        """Seconds for one forward over ``batch``, host overhead included (0 for an empty batch)."""
+        if batch.num_seqs == 0:
+            return 0.0
+        t = BatchTerms.of(batch)
+        o, r = self.options, self._range
+        n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if o.cuda_graph_padding else t.num_tokens
+        self._warn_outside("total tokens", n, *r.tokens)
+        self._warn_outside("logit tokens", t.logit_tokens, *r.logit_tokens)
+        self._warn_outside("context", t.max_context, 0, r.max_context)
+        shape = self.profile.model_shape
+        comm = tp_comm_s(n, t.logit_tokens, shape.num_layers, shape.hidden, shape.vocab, self.profile.tp,
+                         *self._allreduce)
+        attention = (self._a_kv * (t.kv_decode + t.kv_prefill) + self._a_dec * t.work_decode
+                     + self._a_pre * t.work_prefill)
+        host = o.host_overhead_s + o.host_overhead_per_seq_s * t.num_seqs
+        return self._g(n) + self._h(t.logit_tokens) + attention + comm + host
+
+    def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
+        """Drafting seconds (the profile's ``draft`` section, or the bundled costs; ``DraftCost``)."""
+        return self.draft.time(drafter, num_requests, k, pool_entries)
+
+    def describe(self) -> str:
+        p = self.profile.provenance
+        err = f", held-out median error {p.heldout_median_abs_error:.1%}" if p.heldout_median_abs_error is not None else ""
+        return f"profile {self.profile.name} ({self.source}): measured on {p.device or 'unknown device'} {p.date or ''}{err}"
