@@ -125,3 +125,24 @@ def test_time_build_rows_without_a_gpu(monkeypatch):
     assert set(by_metric) == {(m, rep) for m in ("build_s", "copy_s", "slot_bytes") for rep in (0, 1)}
     assert by_metric[("slot_bytes", 0)] > 300 * 4  # at least the tokens themselves
     assert all(r["prompt_len"] == 300 for r in rows)
+
+
+def test_fit_sa_kernel_cost_feeds_the_cost_model():
+    # A hand-made bench table: 8 us per step up to B = 64, 16 us at B = 256 (cold L2), and 10% more
+    # per doubling of the history (4K -> 8K -> 16K: 8, 8.8, 9.6 us).
+    import pandas as pd
+
+    from specplan.calibration.sa_kernel.bench import BASE, fit_sa_kernel_cost
+    from specplan.cost_models.draft import DraftCost, DraftCostSection, NGramHostTable, SAKernelCost
+
+    rows = [dict(sweep="batch", B=b, ctx=BASE.ctx, metric="gpu_us_per_step_cold_l2", value=v)
+            for b, v in [(1, 8.0), (64, 8.0), (256, 16.0)]]
+    rows += [dict(sweep="ctx", B=BASE.B, ctx=c, metric="gpu_us_per_step_cold_l2", value=v)
+             for c, v in [(BASE.ctx, 8.0), (2 * BASE.ctx, 8.8), (4 * BASE.ctx, 9.6)]]
+    fit = fit_sa_kernel_cost(pd.DataFrame(rows))
+    assert fit["batch"] == [1, 64, 256] and fit["size_doubling_factor"] == pytest.approx(0.1)
+    section = DraftCostSection(ngram_host=NGramHostTable(pool_entries=[1], draft_len=[1], seconds_per_request=[[0.0]]),
+                               sa_kernel=SAKernelCost(**fit))
+    cost = DraftCost(section, sm_count=132)
+    assert cost.time("SA", 160, 4, BASE.ctx) == pytest.approx(12e-6)  # halfway between B = 64 and 256
+    assert cost.time("SA", 64, 4, 2 * BASE.ctx) == pytest.approx(8.8e-6)

@@ -20,6 +20,8 @@ bound there.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import argparse
 import gc
 import platform
@@ -141,14 +143,18 @@ def table_from_rows(rows: list[dict]) -> NGramHostTable:
     return NGramHostTable(pool_entries=pools, draft_len=ks, seconds_per_request=grid)
 
 
-def draft_section(rows: list[dict], what: str, host: str, date: str) -> DraftCostSection:
-    """The ``draft`` section of a profile (or a draft-costs file body) from measurement rows."""
+def draft_section(rows: list[dict], what: str, host: str, date: str, sa_fit: Optional[dict] = None,
+                  gpu: Optional[str] = None) -> DraftCostSection:
+    """The ``draft`` section of a profile (or a draft-costs file body) from measurement rows; with
+    ``sa_fit`` (``sa_kernel.bench.fit_sa_kernel_cost``) the SA kernel cost is the measured one."""
+    sa_note = (f"measured: specplan's Triton SA kernel, CUDA-graph replay, cold L2, on {gpu}, {date}" if sa_fit
+               else "default estimate (COSTS.md §4: us-scale, flat in B up to the SM count); not measured")
     return DraftCostSection(
         ngram_host=table_from_rows(rows),
-        sa_kernel=SAKernelCost(),
+        sa_kernel=SAKernelCost(**sa_fit) if sa_fit else SAKernelCost(),
         provenance={
             "ngram_host": f"measured: {what}, Python {platform.python_version()} on {host}, {date}",
-            "sa_kernel": "default estimate (COSTS.md §4: us-scale, flat in B up to the SM count); not measured",
+            "sa_kernel": sa_note,
         },
     )
 

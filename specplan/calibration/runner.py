@@ -39,6 +39,7 @@ from specplan.cost_models.profile import ModelShape, ProfileFile, Provenance, at
 from specplan.errors import SpecplanError
 
 MEASURE_SHARE = 0.9
+SA_SHARE = 0.25  # of the budget for the SA kernel bench (CUDA only), after the forward sweeps
 MAX_PASSES = 10
 DRAFT_SHARE = 0.08
 SMALL_BUDGET_S = 120.0
@@ -145,6 +146,7 @@ def _measure_points(stack, timer, points: list[Point], repeats: int, block_s: fl
 def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "cuda", budget_s: float = 480.0,
                     layers: Optional[int] = None, name: Optional[str] = None, seed: int = 0, repeats: int = 3,
                     heldout_fraction: float = 0.25, threads: Optional[int] = None, draft_bench_on: bool = True,
+                    sa_kernel_on: bool = True,
                     console=None) -> CalibrationResult:
     """Run the whole calibration (see the module docstring) and return what it wrote."""
     from rich.console import Console
@@ -182,12 +184,13 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
         draft_rows, draft_what = draft_bench.measure(pools, draft_bench.DRAFT_LENS, passes=repeats, calls=200,
                                                      seed=seed, deadline=time.monotonic() + DRAFT_SHARE * budget_s)
 
+    forward_share = MEASURE_SHARE - (SA_SHARE if device == "cuda" and sa_kernel_on else 0.0)
     stack = DecoderStack(spec, tp, device, torch_dtype, max(p.kv_tokens for p in kept), seed)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         console=console, transient=False)
     with progress, torch.inference_mode():
         fwd_rows, measured = _measure_points(stack, time_cuda if device == "cuda" else time_cpu, kept, repeats,
-                                             BLOCK_S[device], t0 + MEASURE_SHARE * budget_s, random.Random(seed),
+                                             BLOCK_S[device], t0 + forward_share * budget_s, random.Random(seed),
                                              progress)
     run.update({"attention_backend": stack.attention_backend(), "gpu_state_after": gpu_state() if device == "cuda" else None,
                 "cuda": torch.version.cuda, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
@@ -195,6 +198,13 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                            "skipped_for_memory": [p.key for p in points if p.kv_tokens > capacity],
                            "not_reached": [p.key for p in kept if p.key not in measured]}})
     del stack
+    sa_fit = None
+    if device == "cuda" and sa_kernel_on:
+        # The project's Triton SA kernel, timed on the same GPU, prices SA drafting in this profile.
+        from specplan.calibration.sa_kernel.bench import bench_sa_kernel, fit_sa_kernel_cost
+
+        sa_df = bench_sa_kernel("cuda", SA_SHARE * budget_s, Path(out) / "sa_kernel.csv")
+        sa_fit = fit_sa_kernel_cost(sa_df)
 
     out = Path(out)
     df = pd.DataFrame(draft_rows + fwd_rows, columns=list(COLUMNS))
@@ -204,7 +214,7 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     name = name or f"{prefix}/{spec.name}" + (f"/tp{tp}" if tp > 1 else "")
     mode = preferred_mode(df)
     profile, err, n_test = _fit(df, mode, spec, name, gpu_key, tp, dtype_name,
-                                heldout_fraction, seed, draft_rows, draft_what, run)
+                                heldout_fraction, seed, draft_rows, draft_what, run, sa_fit)
     write_profile(profile, out / "profile.yaml")
     meta = {**run, "command": " ".join(sys.argv), "driver": (run["gpu_state_before"] or {}).get("driver_version"),
             "python": platform.python_version(), "host_cpu": draft_bench.host_description(), "dtype": dtype_name,
@@ -226,7 +236,7 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
 
 def _fit(df: pd.DataFrame, mode: str, spec, name: str, gpu_key: Optional[str], tp: int, dtype: str,
          heldout_fraction: float, seed: int, draft_rows: list[dict], draft_what: Optional[str],
-         run: dict) -> tuple[ProfileFile, float, int]:
+         run: dict, sa_fit: Optional[dict] = None) -> tuple[ProfileFile, float, int]:
     """Held-out check, then the profile fitted on every point, with its provenance."""
     pts = forward_points(df, mode)
     lm = lm_head_curve(df, mode)
@@ -241,8 +251,8 @@ def _fit(df: pd.DataFrame, mode: str, spec, name: str, gpu_key: Optional[str], t
                f"({spec.num_layers} layers, {dtype})",
         notes=("per-GPU shard measured on one GPU; TP all-reduces analytic" if tp > 1 else None),
     )
-    draft = (draft_bench.draft_section(draft_rows, draft_what, draft_bench.host_description(), run["date"][:10])
-             if draft_rows else None)
+    draft = (draft_bench.draft_section(draft_rows, draft_what, draft_bench.host_description(), run["date"][:10],
+                                       sa_fit, run["device_name"]) if draft_rows else None)
     profile = build_profile(pts, lm, provenance=provenance, draft=draft, eager_overhead_s=eager_overhead(df), **kwargs)
     return profile, err, n_test
 

@@ -27,9 +27,11 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Grid order, weights, held-out split."),
         draft_bench: bool = typer.Option(True, "--draft-bench/--no-draft-bench",
                                          help="Also time the NGram host pool on this CPU."),
+        sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
+                                       help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
     ) -> None:
         """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B)."""
         from specplan.calibration.runner import run_calibration
 
         run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
-                        repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench)
+                        repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)

@@ -66,12 +66,28 @@ class NGramHostTable(_Strict):
 
 
 class SAKernelCost(_Strict):
-    """GPU suffix-automaton kernel cost per step; see the module docstring for the form."""
+    """GPU suffix-automaton kernel cost per step; see the module docstring for the form.
+
+    ``batch`` / ``seconds``, when measured (``specplan calibrate`` on a GPU times the project's
+    Triton kernel at ``reference_size`` tokens of history), replace ``base_s * waves`` by linear
+    interpolation over the batch size.
+    """
 
     base_s: float = Field(10e-6, ge=0)
     size_doubling_factor: float = Field(0.05, ge=0)
     reference_size: int = Field(1024, ge=1)
     measured: bool = False
+    batch: Optional[list[int]] = None
+    seconds: Optional[list[float]] = None
+
+    @model_validator(mode="after")
+    def _table(self) -> "SAKernelCost":
+        if (self.batch is None) != (self.seconds is None):
+            raise ValueError("batch and seconds must be given together")
+        if self.batch is not None and (len(self.batch) != len(self.seconds) or not self.batch
+                                       or any(b <= a for a, b in zip(self.batch, self.batch[1:]))):
+            raise ValueError("batch must be increasing, with one seconds value each")
+        return self
 
 
 class NeuralDraftCost(_Strict):
@@ -152,9 +168,12 @@ class DraftCost:
     def sa_kernel_s(self, num_requests: int, automaton_size: int) -> float:
         """Seconds of the SA extend+lookup kernels for ``num_requests`` rows."""
         sa = self.section.sa_kernel
-        waves = math.ceil(num_requests / self.sm_count)
+        if sa.batch is not None:
+            base = float(np.interp(num_requests, sa.batch, sa.seconds))
+        else:
+            base = sa.base_s * math.ceil(num_requests / self.sm_count)
         growth = 1.0 + sa.size_doubling_factor * max(0.0, math.log2(max(automaton_size, 1) / sa.reference_size))
-        return sa.base_s * waves * growth
+        return base * growth
 
     def time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         """Critical-path drafting seconds of one step; 0 when nothing drafts or ``drafter`` is ``none``."""

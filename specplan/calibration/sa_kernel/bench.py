@@ -340,6 +340,24 @@ def bench_sa_kernel(device: str | torch.device = "cuda", budget_s: float = 300.0
     return flush()
 
 
+def fit_sa_kernel_cost(df: pd.DataFrame) -> dict:
+    """The cost model's ``sa_kernel`` entry from a bench table: median cold-L2 time per step over
+    the batch sweep (at the base context), and the growth per doubling of the history from the
+    context sweep."""
+    per_step = df[df["metric"] == "gpu_us_per_step_cold_l2"]
+    by_b = per_step[per_step["sweep"].isin(["batch", "base"])].groupby("B")["value"].median().sort_index()
+    if by_b.empty:
+        raise ValueError("the SA kernel bench measured no batch-sweep point")
+    by_ctx = per_step[per_step["sweep"].isin(["ctx", "base"])].groupby("ctx")["value"].median().sort_index()
+    growth = 0.0
+    if len(by_ctx) > 1:
+        slope = np.polyfit(np.log2(by_ctx.index.to_numpy(dtype=float)), by_ctx.to_numpy() / by_ctx.iloc[0], 1)[0]
+        growth = max(0.0, float(slope))
+    return {"batch": [int(b) for b in by_b.index], "seconds": [float(v) * 1e-6 for v in by_b.to_numpy()],
+            "reference_size": int(BASE.ctx), "size_doubling_factor": growth, "base_s": float(by_b.iloc[0]) * 1e-6,
+            "measured": True}
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m specplan.calibration.sa_kernel.bench --out FILE [--budget-s S]`` on a GPU machine."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
