@@ -333,11 +333,11 @@ class Executor:
         q[drafting] = np.where(ctx_rows[drafting], q[drafting], 1) + verify
         return drafting, drafted, accepted, width
 
-    def _draft_time(self, num_rows: int, k: int) -> float:
+    def _draft_time(self, num_rows: int, k: int, state_size: int) -> float:
         """Drafting on the critical path; the SA enhancer's side stream only counts past the neural loop."""
-        t = self.cost.draft_time(self.s.drafter, num_rows, k)
+        t = self.cost.draft_time(self.s.drafter, num_rows, k, state_size)
         if self.s.sa_enhancer:
-            t = max(t, self.cost.draft_time("SA", num_rows, k))
+            t = max(t, self.cost.draft_time("SA", num_rows, k, state_size))
         return t
 
     def _accept(self, rows, chunk, ctx_rows, drafting, accepted) -> np.ndarray:
@@ -403,7 +403,8 @@ class Executor:
             if self.record_batches:
                 self.trace.batches.append((rows.copy(), q.copy(), resident, ctx_rows))
             if spec and drafting.any():
-                step += self._draft_time(int(drafting.sum()), k_run)
+                drows = rows[drafting]
+                step += self._draft_time(len(drows), k_run, self.oracle.state_size(drows, self.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step)
             commit = self._accept(rows, chunk, ctx_rows, drafting, accepted)

@@ -50,6 +50,11 @@ class AcceptanceOracle(ABC):
         """Drafter-specific summary figures (pool sizes, hit rates), merged into the run summary."""
         return {}
 
+    def state_size(self, rids: np.ndarray, committed: np.ndarray) -> int:
+        """What drafting cost scales with (``CostModel.draft_time``'s ``pool_entries``): by default the
+        mean history length of the drafting rows, i.e. the suffix automaton's size."""
+        return int((self.prompt_lens[rids] + committed).mean()) if len(rids) else 0
+
     def remaining_draft_budget(self, rids: np.ndarray, committed: np.ndarray, k: int) -> np.ndarray:
         """TensorRT-LLM's truncation: at most ``max_seq_len - 1 - len(history)`` = output_len - committed - 1."""
         return np.clip(np.minimum(k, self.output_lens[rids] - committed - 1), 0, None)

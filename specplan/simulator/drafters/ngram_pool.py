@@ -375,6 +375,13 @@ class NGramPoolOracle(DrafterOracle):
             for rid in np.asarray(rids).tolist():
                 self._live.pop(rid, None)
 
+    def state_size(self, rids, committed) -> int:
+        """Pattern keys in the pool a lookup hashes into: the shared pool's count, or about N keys per
+        history token of the drafting rows' private pools."""
+        if self.public:
+            return int(self._pool.meta[M_PATTERNS])
+        return self.n * super().state_size(rids, committed)
+
     def metrics(self) -> dict:
         if self.public:
             meta = self._pool.meta
