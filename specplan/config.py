@@ -78,8 +78,8 @@ class SpeculationConfig(_Section):
     schedule_lookup: Literal["upper_bound", "lower_bound"] = Field(
         "upper_bound", description="TensorRT-LLM bisect_left (current) or the older bisect_right drafter lookup"
     )
-    k_from: Literal["active", "scheduled"] = Field(
-        "active", description="TRT picks K from len(active_requests); vLLM from the previous step's scheduled count"
+    k_from: Optional[Literal["active", "scheduled"]] = Field(
+        None, description="None = the engine's rule: TRT len(active_requests), vLLM the previous step's scheduled count"
     )
     max_concurrency: Optional[int] = Field(None, ge=1)
     verify_width: Optional[Literal["static", "runtime", "draft"]] = Field(

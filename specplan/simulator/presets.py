@@ -65,9 +65,9 @@ def resolve_speculation(engine: EngineConfig, spec: SpeculationConfig) -> Specul
             # The same bands in vLLM's inclusive ranges: past the last one vLLM carries the last K.
             update["num_speculative_tokens_per_batch_size"] = schedule_to_ranges(spec.draft_len_schedule)
             update["draft_len_schedule"] = None
-        if "k_from" not in spec.model_fields_set:
-            update["k_from"] = "scheduled"
     elif spec.num_speculative_tokens_per_batch_size is not None:
         raise ConfigError("speculation.num_speculative_tokens_per_batch_size: a vLLM field; TensorRT-LLM uses draft_len_schedule")
+    if spec.k_from is None:
+        update["k_from"] = "scheduled" if name == "vllm" else "active"
     # Re-validate only what was set, so unset fields keep meaning "the engine's default".
     return SpeculationConfig.model_validate({**spec.model_dump(exclude_unset=True), **update})

@@ -100,7 +100,7 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         vllm_ranges=tuple(tuple(r) for r in sp.num_speculative_tokens_per_batch_size)
         if sp.num_speculative_tokens_per_batch_size else None,
         schedule_lookup=sp.schedule_lookup,
-        k_from=sp.k_from,
+        k_from=sp.k_from or "active",
         max_concurrency=sp.max_concurrency,
         verify_width=sp.verify_width or DEFAULT_VERIFY_WIDTH.get(sp.decoding_type, "draft"),
         gate_window=sp.acceptance_rate_window_size,
@@ -131,7 +131,7 @@ def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Wor
                     think if think.any() else None), list(reqs)
 
 
-def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> AcceptanceOracle:
+def build_oracle(cfg: SimConfig, workload: Workload, requests: list, drafter_cache=None) -> AcceptanceOracle:
     """The acceptance oracle: the exact drafter, a parametric or recorded one, or the SA enhancer."""
     sp = cfg.speculation
     if sp.sa_config is not None:
@@ -142,7 +142,7 @@ def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> Acceptan
                                     enable_global_pool=sp.sa_config.enable_global_pool)
         neural = build_oracle(cfg.model_copy(update={"speculation": sp.model_copy(update={"sa_config": None})}),
                               workload, requests)
-        sa = make_drafter_oracle(sa_spec, requests, cfg.engine.max_batch_size)
+        sa = make_drafter_oracle(sa_spec, requests, cfg.engine.max_batch_size, drafter_cache)
         return SAEnhancedOracle(neural, sa, sp.sa_config.threshold)
     a = cfg.acceptance
     args = (workload.prompt_lens, workload.output_lens)
@@ -167,7 +167,7 @@ def build_oracle(cfg: SimConfig, workload: Workload, requests: list) -> Acceptan
 
     if cfg.speculation.decoding_type == "none":
         return alpha_oracle(0.0, *args, seed=seed)  # never asked: speculation is off
-    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size)
+    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size, drafter_cache)
 
 
 def build_cost(cfg: SimConfig):
@@ -191,17 +191,19 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
-def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False) -> SimResult:
+def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,
+             drafter_cache=None) -> SimResult:
     """Run one scenario to completion and return its tables and summary.
 
-    ``cost`` and ``requests`` may be passed pre-built to share them across runs. With
+    ``cost``, ``requests`` and ``drafter_cache`` (a ``drafters.PrecomputeCache`` of precomputed
+    drafter tables) may be passed pre-built to share them across runs. With
     ``record_batches`` the result's ``batches`` table holds every step's rows (request, query
     tokens, resident context, prefill flag), for replaying the schedule on a device.
     """
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
-    oracle = build_oracle(cfg, workload, requests)
+    oracle = build_oracle(cfg, workload, requests, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
     ex.run()

@@ -1,0 +1,1 @@
+"""Pictures and summaries from sweep result tables (``specplan report``)."""

@@ -1,0 +1,253 @@
+"""Engine configs from a simulated speculation setting, and each engine's own validation rules.
+
+- TensorRT-LLM: a YAML file ``speculative_config: {...}`` (the ``speculative_config`` of the LLM API
+  options file), fields ``decoding_type``, ``max_draft_len``, the drafter's settings,
+  ``draft_len_schedule`` ``{batch size upper bound: K}`` and the SpeculationGate fields.
+- vLLM: the JSON object for ``--speculative-config``: ``method``, ``num_speculative_tokens``, the
+  drafter's settings and ``num_speculative_tokens_per_batch_size`` ``[[start, end, K], ...]``.
+
+The validators are pure functions over those engine-native mappings, with the rules in
+docs SEMANTICS §3 (TensorRT-LLM ``validate_draft_len_schedule_and_sort``) and §7 (vLLM dynamic SD):
+they raise ``ConfigError`` with one line naming the field. The file for the engine that was
+simulated carries the simulated setting exactly; the other engine's file is a translation of the same
+bands onto its closest drafter (NGram/SA <-> ngram, suffix -> SA), which was not itself simulated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from specplan.config import SpeculationConfig, read_yaml
+from specplan.errors import ConfigError
+from specplan.simulator.drafters.settings import DrafterSettings
+from specplan.simulator.presets import schedule_to_ranges
+from specplan.sweeps.records import atomic_write
+
+_TRT_COMMON = ("decoding_type", "max_draft_len", "draft_len_schedule", "max_concurrency",
+               "acceptance_rate_window_size", "acceptance_rate_threshold")
+TRTLLM_FIELDS = {
+    "NGram": _TRT_COMMON + ("max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool"),
+    "SA": _TRT_COMMON + ("max_matching_ngram_size", "enable_global_pool", "global_pool_size"),
+}
+_VLLM_COMMON = ("method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+VLLM_FIELDS = {
+    "ngram": _VLLM_COMMON + ("prompt_lookup_min", "prompt_lookup_max"),
+    "suffix": _VLLM_COMMON + ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                              "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob"),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- validators
+def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
+    """TensorRT-LLM's rules for a model-free ``speculative_config`` (raises ``ConfigError``).
+
+    Known fields only (per decoding type); ``max_draft_len`` an integer >= 1; the schedule's keys
+    >= 1 and values >= 0, its smallest key mapping to ``max_draft_len``, every value <=
+    ``max_draft_len``, exclusive with ``max_concurrency``; the gate's two fields together, the window
+    >= 0 and the threshold in [0, 1]; NGram n-gram size >= 1, SA's -1 or 1..64.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: expected a mapping")
+    kind = cfg.get("decoding_type")
+    if kind not in TRTLLM_FIELDS:
+        raise ConfigError(f"{source}.decoding_type: {kind!r} is not a model-free TensorRT-LLM drafter "
+                          f"({' or '.join(TRTLLM_FIELDS)})")
+    for name in cfg:
+        if name not in TRTLLM_FIELDS[kind]:
+            raise ConfigError(f"{source}.{name}: unknown field for decoding_type {kind}")
+    k = cfg.get("max_draft_len")
+    if not _is_int(k) or k < 1:
+        raise ConfigError(f"{source}.max_draft_len: must be an integer >= 1, got {k!r}")
+    sched = cfg.get("draft_len_schedule")
+    if sched is not None:
+        if not isinstance(sched, dict) or not all(_is_int(b) and _is_int(v) for b, v in sched.items()):
+            raise ConfigError(f"{source}.draft_len_schedule: expected a mapping of integer batch size to integer K")
+    try:
+        SpeculationConfig.model_validate(cfg)  # the schedule, gate and drafter rules (specplan.simulator.control)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
+    """vLLM's rules for ``--speculative-config`` with a model-free method (raises ``ConfigError``).
+
+    Known fields only (per method); ``num_speculative_tokens`` an integer >= 1; each range of
+    ``num_speculative_tokens_per_batch_size`` three integers ``[start, end, K]`` with
+    ``1 <= start <= end`` and ``0 <= K <= num_speculative_tokens``, the first starting at 1, sorted
+    and not overlapping; ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: expected a JSON object")
+    method = cfg.get("method")
+    if method not in VLLM_FIELDS:
+        raise ConfigError(f"{source}.method: {method!r} is not a model-free vLLM method ({' or '.join(VLLM_FIELDS)})")
+    for name in cfg:
+        if name not in VLLM_FIELDS[method]:
+            raise ConfigError(f"{source}.{name}: unknown field for method {method}")
+    n = cfg.get("num_speculative_tokens")
+    if not _is_int(n) or n < 1:
+        raise ConfigError(f"{source}.num_speculative_tokens: must be an integer >= 1, got {n!r}")
+    ranges = cfg.get("num_speculative_tokens_per_batch_size")
+    if ranges is not None:
+        field = f"{source}.num_speculative_tokens_per_batch_size"
+        if not isinstance(ranges, list) or not ranges:
+            raise ConfigError(f"{field}: expected a non-empty list of [start, end, K]")
+        prev_end = 0
+        for i, r in enumerate(ranges):
+            if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(_is_int(x) for x in r):
+                raise ConfigError(f"{field}[{i}]: expected three integers [start, end, K]")
+            start, end, k = r
+            if start < 1 or start > end:
+                raise ConfigError(f"{field}[{i}]: need 1 <= start <= end, got [{start}, {end}]")
+            if not 0 <= k <= n:
+                raise ConfigError(f"{field}[{i}]: K must be in [0, num_speculative_tokens = {n}], got {k}")
+            if i == 0 and start != 1:
+                raise ConfigError(f"{field}: the first range must start at 1")
+            if start <= prev_end:
+                raise ConfigError(f"{field}[{i}]: ranges must be sorted and not overlap")
+            prev_end = end
+    lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
+    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+        if v is not None and (not _is_int(v) or v < 1):
+            raise ConfigError(f"{source}.{name}: must be an integer >= 1, got {v!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ConfigError(f"{source}.prompt_lookup_min: must be <= prompt_lookup_max")
+    checks = (("suffix_decoding_max_tree_depth", lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+              ("suffix_decoding_max_cached_requests", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+              ("suffix_decoding_max_spec_factor", lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+              ("suffix_decoding_min_token_prob", lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"))
+    for name, ok, what in checks:
+        if name in cfg and not ok(cfg[name]):
+            raise ConfigError(f"{source}.{name}: must be {what}, got {cfg[name]!r}")
+
+
+# ----------------------------------------------------------------------------- writers
+EXPORTABLE = ("NGram", "SA", "vllm_ngram", "suffix")
+
+
+def _settings(spec: SpeculationConfig) -> DrafterSettings:
+    """The drafter's effective settings (engine defaults filled in), after checking it can be exported."""
+    if spec.decoding_type not in EXPORTABLE:
+        raise ConfigError(f"speculation.decoding_type: {spec.decoding_type!r} has no model-free engine drafter "
+                          f"config to export ({', '.join(EXPORTABLE)})")
+    if spec.max_draft_len < 1:
+        raise ConfigError("speculation.max_draft_len: the engines need max_draft_len >= 1")
+    return DrafterSettings.from_spec(spec)
+
+
+def trtllm_speculative_config(spec: SpeculationConfig) -> dict:
+    """TensorRT-LLM's ``speculative_config`` for a setting (vLLM drafters mapped to the closest one)."""
+    settings = _settings(spec)
+    if spec.decoding_type == "NGram":
+        out = {"decoding_type": "NGram", "max_draft_len": spec.max_draft_len,
+               "max_matching_ngram_size": settings.ngram_size, "is_keep_all": spec.is_keep_all,
+               "is_use_oldest": spec.is_use_oldest, "is_public_pool": spec.is_public_pool}
+    elif spec.decoding_type == "SA":
+        out = {"decoding_type": "SA", "max_draft_len": spec.max_draft_len,
+               "max_matching_ngram_size": settings.ngram_size}
+        if spec.enable_global_pool:
+            out["enable_global_pool"] = True
+            if spec.global_pool_size is not None:
+                out["global_pool_size"] = spec.global_pool_size
+    elif spec.decoding_type == "vllm_ngram":  # TRT's NGram over sizes up to vLLM's largest
+        out = {"decoding_type": "NGram", "max_draft_len": spec.max_draft_len,
+               "max_matching_ngram_size": settings.lookup_range[1]}
+    else:  # suffix: the suffix automaton, longest match
+        out = {"decoding_type": "SA", "max_draft_len": spec.max_draft_len, "max_matching_ngram_size": -1}
+    schedule = spec.draft_len_schedule
+    if schedule is None and spec.num_speculative_tokens_per_batch_size:
+        schedule = {end: k for _, end, k in spec.num_speculative_tokens_per_batch_size}
+    if schedule is not None:
+        out["draft_len_schedule"] = {int(b): int(schedule[b]) for b in sorted(schedule)}
+    if spec.max_concurrency is not None:
+        out["max_concurrency"] = spec.max_concurrency
+    if spec.acceptance_rate_window_size is not None:
+        out["acceptance_rate_window_size"] = spec.acceptance_rate_window_size
+        out["acceptance_rate_threshold"] = spec.acceptance_rate_threshold
+    validate_trtllm_speculative_config(out)
+    return out
+
+
+def vllm_speculative_config(spec: SpeculationConfig) -> dict:
+    """vLLM's ``--speculative-config`` for a setting (TensorRT-LLM drafters mapped to the closest one).
+
+    A ``draft_len_schedule`` ``{upper bound: K}`` becomes inclusive ranges covering 1..largest key;
+    its last band should end at the largest batch size served, since vLLM carries the last K past the
+    last range where TensorRT-LLM drops to 0 (``recommend`` always writes bands up to
+    ``max_batch_size``). The SpeculationGate and ``max_concurrency`` have no vLLM counterpart.
+    """
+    settings = _settings(spec)
+    if spec.decoding_type == "suffix":
+        out = {"method": "suffix", "num_speculative_tokens": spec.max_draft_len,
+               "suffix_decoding_max_tree_depth": spec.suffix_max_tree_depth,
+               "suffix_decoding_max_cached_requests": spec.suffix_max_cached_requests,
+               "suffix_decoding_max_spec_factor": spec.suffix_max_spec_factor,
+               "suffix_decoding_min_token_prob": spec.suffix_min_token_prob}
+    elif spec.decoding_type == "vllm_ngram":
+        out = {"method": "ngram", "num_speculative_tokens": spec.max_draft_len}
+        if spec.prompt_lookup_min is not None:
+            out["prompt_lookup_min"] = spec.prompt_lookup_min
+        if spec.prompt_lookup_max is not None:
+            out["prompt_lookup_max"] = spec.prompt_lookup_max
+    else:  # NGram / SA: vLLM's n-gram proposer over sizes 1..max_matching_ngram_size (longest: its default)
+        n = settings.ngram_size if settings.ngram_size > 0 else settings.lookup_range[1]
+        out = {"method": "ngram", "num_speculative_tokens": spec.max_draft_len,
+               "prompt_lookup_min": 1, "prompt_lookup_max": n}
+    ranges = spec.num_speculative_tokens_per_batch_size
+    if ranges is None and spec.draft_len_schedule is not None:
+        ranges = schedule_to_ranges(spec.draft_len_schedule)
+    if ranges is not None:
+        out["num_speculative_tokens_per_batch_size"] = [[int(s), int(e), int(k)] for s, e, k in ranges]
+    validate_vllm_speculative_config(out)
+    return out
+
+
+def write_trtllm_yaml(cfg: dict, path: str | Path, comment: Optional[str] = None) -> Path:
+    """Write ``speculative_config:`` YAML (validated first), atomically."""
+    validate_trtllm_speculative_config(cfg)
+    text = (f"# {comment}\n" if comment else "") + yaml.safe_dump({"speculative_config": cfg}, sort_keys=False)
+    path = Path(path)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return path
+
+
+def write_vllm_json(cfg: dict, path: str | Path) -> Path:
+    """Write the ``--speculative-config`` JSON object (validated first), atomically."""
+    validate_vllm_speculative_config(cfg)
+    path = Path(path)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(cfg, indent=2) + "\n"))
+    return path
+
+
+def load_trtllm_yaml(path: str | Path) -> dict:
+    """Read a TensorRT-LLM options YAML back and validate its ``speculative_config``."""
+    data = read_yaml(path)
+    if "speculative_config" not in data:
+        raise ConfigError(f"{path}: no speculative_config section")
+    validate_trtllm_speculative_config(data["speculative_config"], f"{path}: speculative_config")
+    return data["speculative_config"]
+
+
+def load_vllm_json(path: str | Path) -> dict:
+    """Read a vLLM ``--speculative-config`` JSON file back and validate it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    validate_vllm_speculative_config(data, str(path))
+    return data

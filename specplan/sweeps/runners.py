@@ -1,0 +1,305 @@
+"""Run many configs: a local process pool or a Ray cluster, records written as runs complete.
+
+Both backends call the same task, :func:`run_record`, on the same inputs, so a config gives the same
+record whichever runs it. What runs share is built once and handed over rather than rebuilt per
+task (``SHARED``): the cost model (keyed by the cost section; it may read a profile) and the
+workload's requests (keyed by the workload section and seed; a trace is read and tokenised once).
+The local pool memoises them per worker process; the Ray runner builds each distinct one once on
+the driver, puts it in the object store and passes the reference to every task that needs it.
+
+Records are written by the driver only, each as soon as its run returns (see ``records``), so a
+sweep killed at any point resumes where it stopped: :func:`execute` skips every key already on disk.
+The local pool uses forkserver processes, so a script that starts a sweep needs the usual
+``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import select
+import threading
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from functools import lru_cache
+from typing import Iterable, Iterator, Optional, Sequence
+
+from specplan.config import CostConfig, SimConfig, WorkloadConfig
+from specplan.errors import ConfigError, SpecplanError
+from specplan.sweeps.records import RecordStore, config_json, config_key, make_record
+
+BACKENDS = ("local", "ray")
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------- the task
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _cost_key(cfg: SimConfig) -> str:
+    return _canonical(cfg.cost.model_dump(mode="json"))
+
+
+def _requests_key(cfg: SimConfig) -> str:
+    return _canonical({"workload": cfg.workload.model_dump(mode="json"), "seed": cfg.seed})
+
+
+@lru_cache(maxsize=16)
+def _build_cost(key: str):
+    from specplan.cost_models.registry import make_cost_model
+
+    return make_cost_model(CostConfig.model_validate_json(key))
+
+
+@lru_cache(maxsize=16)
+def _build_requests(key: str) -> list:
+    from specplan.workloads.traffic import build_requests
+
+    spec = json.loads(key)
+    return build_requests(WorkloadConfig.model_validate(spec["workload"]), spec["seed"])
+
+
+# What runs share: ``simulate`` keyword -> (the key it depends on, how to build it from that key).
+SHARED = {"cost": (_cost_key, _build_cost), "requests": (_requests_key, _build_requests)}
+
+
+def run_record(cfg_json: dict, **shared) -> dict:
+    """Simulate one config and return its record.
+
+    ``shared`` are pre-built ``simulate`` inputs for this config (``cost``, ``requests``); any not
+    given come from this process's memo (built at most once per key and process).
+    """
+    from specplan.simulator.run import simulate
+
+    cfg = SimConfig.model_validate(cfg_json)
+    for name, (key_of, build) in SHARED.items():
+        if name not in shared:
+            shared[name] = build(key_of(cfg))
+    result = simulate(cfg, **shared)
+    return make_record(cfg, result.summary, result.description)
+
+
+# ----------------------------------------------------------------------------- backends
+class Runner(ABC):
+    """Runs configs and yields each record as it completes (any order); a context manager."""
+
+    workers: int
+
+    @abstractmethod
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
+        """Yield the record of every config, in completion order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the pool or the Ray session, if this runner started one."""
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _exit_with_sweep(sweep_pid: int) -> None:
+    """Pool-worker initializer: exit as soon as the sweep's process is gone, even after SIGKILL.
+
+    A killed sweep cannot shut its pool down, and forkserver workers would otherwise wait forever
+    for work (keeping the forkserver alive too). A daemon thread waits on a pidfd of the sweep's
+    process (Linux), or polls it once a second elsewhere.
+    """
+    try:
+        fd = os.pidfd_open(sweep_pid)
+    except (AttributeError, OSError):  # no pidfd_open here, or the sweep is already gone
+        fd = None
+        if not _process_exists(sweep_pid):
+            os._exit(1)
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _process_exists(sweep_pid):
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="specplan-sweep-watch", daemon=True).start()
+
+
+class LocalRunner(Runner):
+    """A process pool over ``workers`` cores (forkserver processes that exit with the sweep).
+
+    The pool starts on the first ``run`` and lives until ``close``, so consecutive batches share it.
+    """
+
+    def __init__(self, workers: Optional[int] = None) -> None:
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise ConfigError("--workers: must be >= 1")
+        self._pool: Optional[ProcessPoolExecutor] = None
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload([__name__, "specplan.simulator.run"])
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_exit_with_sweep,
+                                             initargs=(os.getpid(),))
+        return self._pool
+
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
+        # At most four tasks per worker in flight, topped up as they finish: results stream back in
+        # completion order without every config being queued up front.
+        todo = iter(configs)
+        running: set = set()
+        limit = 4 * self.workers
+        while True:
+            for cfg in todo:
+                running.add(self._started().submit(run_record, config_json(cfg)))
+                if len(running) >= limit:
+                    break
+            if not running:
+                return
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield fut.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayRunner(Runner):
+    """The same tasks on a Ray cluster (``address``), or on a local Ray instance when none is given.
+
+    Connects on the first ``run``: joins an already initialised Ray session as it is, otherwise starts
+    one (``workers`` CPUs for a local instance) and shuts it down on ``close``.
+    """
+
+    def __init__(self, workers: Optional[int] = None, address: Optional[str] = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--backend ray: Ray is not installed (pip install 'specplan[ray]')") from None
+        self._ray = ray
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise ConfigError("--workers: must be >= 1")
+        self.address = address
+        self._owns = False
+        self._task = None
+        self._refs: dict[tuple[str, str], object] = {}
+
+    def _connect(self):
+        ray = self._ray
+        if self._task is None:
+            if not ray.is_initialized():
+                if self.address:
+                    ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+                self._owns = True
+            self._task = ray.remote(num_cpus=1)(run_record)
+        return self._task
+
+    @property
+    def shared_keys(self) -> set[tuple[str, str]]:
+        """``(simulate keyword, key)`` of every shared input this runner has put in the object store."""
+        return set(self._refs)
+
+    def _shared_refs(self, cfg: SimConfig) -> dict:
+        """Object-store references to this config's shared inputs, each put once per key."""
+        refs = {}
+        for name, (key_of, build) in SHARED.items():
+            key = (name, key_of(cfg))
+            if key not in self._refs:
+                self._refs[key] = self._ray.put(build(key[1]))
+            refs[name] = self._refs[key]
+        return refs
+
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
+        if not configs:
+            return
+        task = self._connect()
+        pending = [task.remote(config_json(c), **self._shared_refs(c)) for c in configs]
+        while pending:
+            done, pending = self._ray.wait(pending, num_returns=1)
+            try:
+                record = self._ray.get(done[0])
+            except self._ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, SpecplanError):  # a user error: its one line, not Ray's traceback
+                    raise exc.cause from None
+                raise
+            yield record
+
+    def close(self) -> None:
+        self._refs.clear()
+        self._task = None
+        if self._owns:
+            self._ray.shutdown()
+            self._owns = False
+
+
+def make_runner(backend: str = "local", workers: Optional[int] = None, address: Optional[str] = None) -> Runner:
+    """A runner for ``--backend``; ``--address`` only applies to Ray."""
+    if backend == "local":
+        if address:
+            raise ConfigError("--address: only applies to --backend ray")
+        return LocalRunner(workers)
+    if backend == "ray":
+        return RayRunner(workers, address)
+    raise ConfigError(f"--backend: unknown backend {backend!r} (choose {' or '.join(BACKENDS)})")
+
+
+# ----------------------------------------------------------------------------- driving
+def execute(configs: Iterable[SimConfig], runner: Runner, store: RecordStore, progress: bool = False,
+            description: str = "simulating") -> dict[str, dict]:
+    """Run every config whose record is missing, writing each record as it completes.
+
+    Returns ``{key: record}`` for all the configs (read back from the store for those already done).
+    Duplicate configs run once. ``progress`` shows a bar with an ETA on stderr.
+    """
+    unique: dict[str, SimConfig] = {}
+    for cfg in configs:
+        unique.setdefault(config_key(cfg), cfg)
+    store.remove_stale_temporaries()
+    todo = [cfg for key, cfg in unique.items() if not store.has(key)]
+    for rec in _with_progress(runner.run(todo), len(todo), progress, description, len(unique) - len(todo)):
+        store.write(rec)
+    return {key: store.read(key) for key in unique}
+
+
+def _with_progress(records: Iterator[dict], total: int, show: bool, description: str, skipped: int) -> Iterator[dict]:
+    if not show:
+        yield from records
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    console = Console(stderr=True)
+    if skipped:
+        console.print(f"{skipped} run(s) already recorded; skipping them.")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(description, total=total)
+        for rec in records:
+            yield rec
+            bar.advance(task)
