@@ -2,8 +2,9 @@
 
 Both backends call the same task, :func:`run_record`, on the same inputs, so a config gives the same
 record whichever runs it. What runs share is built once and handed over rather than rebuilt per
-task (``SHARED``): the cost model (keyed by the cost section; it may read a profile) and the
-workload's requests (keyed by the workload section and seed; a trace is read and tokenised once).
+task (``SHARED``): the cost model (keyed by the cost section; it may read a profile), the
+workload's requests (keyed by the workload section and seed; a trace is read and tokenised once)
+and the exact drafter's precomputed tables (keyed by requests and drafter settings).
 The local pool memoises them per worker process; the Ray runner builds each distinct one once on
 the driver, puts it in the object store and passes the reference to every task that needs it.
 
@@ -66,8 +67,37 @@ def _build_requests(key: str) -> list:
     return build_requests(WorkloadConfig.model_validate(spec["workload"]), spec["seed"])
 
 
+def _drafter_key(cfg: SimConfig) -> str:
+    """The requests and the drafter settings that determine precomputed drafter tables ("" when the
+    run replays no exact drafter); configs differing only in K or the schedule share one."""
+    sp = cfg.speculation
+    if cfg.acceptance.mode != "drafter" or sp.decoding_type in ("none", "MTP", "Eagle3"):
+        return ""
+    from specplan.simulator.drafters import DrafterSettings
+
+    settings = DrafterSettings.from_spec(sp, cfg.engine.max_batch_size)
+    return _canonical({"requests": _requests_key(cfg), "speculation": sp.model_dump(mode="json", exclude_unset=True),
+                       "settings": settings.key(), "max_batch_size": cfg.engine.max_batch_size})
+
+
+@lru_cache(maxsize=16)
+def _build_drafter_cache(key: str):
+    """A precompute cache holding the drafter's per-request tables, filled once by building the oracle."""
+    if not key:
+        return None
+    from specplan.config import SpeculationConfig
+    from specplan.simulator.drafters import PrecomputeCache, make_drafter_oracle
+
+    spec = json.loads(key)
+    cache = PrecomputeCache()
+    make_drafter_oracle(SpeculationConfig.model_validate(spec["speculation"]), _build_requests(spec["requests"]),
+                        spec["max_batch_size"], cache)
+    return cache
+
+
 # What runs share: ``simulate`` keyword -> (the key it depends on, how to build it from that key).
-SHARED = {"cost": (_cost_key, _build_cost), "requests": (_requests_key, _build_requests)}
+SHARED = {"cost": (_cost_key, _build_cost), "requests": (_requests_key, _build_requests),
+          "drafter_cache": (_drafter_key, _build_drafter_cache)}
 
 
 def run_record(cfg_json: dict, **shared) -> dict:
@@ -228,6 +258,8 @@ class RayRunner(Runner):
         refs = {}
         for name, (key_of, build) in SHARED.items():
             key = (name, key_of(cfg))
+            if not key[1]:
+                continue  # nothing to share (e.g. no exact drafter): the task builds None itself
             if key not in self._refs:
                 self._refs[key] = self._ray.put(build(key[1]))
             refs[name] = self._refs[key]
