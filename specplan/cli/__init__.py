@@ -19,7 +19,8 @@ app = typer.Typer(
 )
 
 # One module per command group; each defines register(app).
-_COMMAND_MODULES = ("simulate", "workloads", "acceptance", "sweep", "report", "recommend", "profile", "calibrate")
+_COMMAND_MODULES = ("simulate", "workloads", "acceptance", "sweep", "report", "recommend", "profile", "calibrate",
+                    "validate")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"specplan.cli.{_name}").register(app)

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cuda", "--device", help="cuda or cpu (cpu: use --model tiny)."),
         budget_s: float = typer.Option(480.0, "--budget-s", min=1.0, help="Wall-clock budget of the whole command."),
         layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Override the model's layer count."),
-        name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL[/tpN])."),
+        name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL, or GPU/MODEL/tpN under TP)."),
         repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved passes over the grid."),
         heldout: float = typer.Option(0.25, "--heldout", min=0.05, max=0.5, help="Fraction of points held out."),
         threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),

@@ -22,7 +22,7 @@ from specplan.cost_models.registry import bundled_profile_names, cost_model_from
 
 profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
 
-NAME_HELP = "Profile file, or bundled name GPU/MODEL[/tpN] (e.g. h200/llama-3.1-8b)."
+NAME_HELP = "Profile file, or bundled name GPU/MODEL or GPU/MODEL/tpN (e.g. h200/llama-3.1-8b)."
 
 
 @profile_app.command("list")
@@ -36,7 +36,7 @@ def list_profiles() -> None:
         table.add_row(name, profile.provenance.kind, " ".join(profile.provenance.source.split()))
     console = Console()
     console.print(table)
-    console.print(f"Any other GPU/MODEL[/tpN] with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
+    console.print(f"Any other GPU/MODEL or GPU/MODEL/tpN with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
                   "resolves to that pair's analytic roofline.", markup=False)
 
 

@@ -44,9 +44,6 @@ def render_table(view: dict, title: str):
 
 def plot_view(view: dict, title: str, out: str | Path) -> None:
     """Draw T(B, 1) and gamma(B, K) against B, one curve per K, to an image file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_g) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -1,16 +1,14 @@
-"""The report's figures, drawn with matplotlib's Agg backend into PNG files."""
+"""The report's figures, drawn with matplotlib into PNG files (whatever backend is active: Agg on a
+headless machine, inline in a notebook; figures are closed after saving)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 MAX_SERIES = 8
 

@@ -22,12 +22,15 @@ from specplan.simulator.engine import ITERATION_FIELDS, Executor
 PERCENTILES = (50, 90, 99)
 
 
-def request_table(ex: Executor, ids: Optional[list[str]] = None) -> pd.DataFrame:
-    """One row per request: lengths, times and latency metrics (NaN where it never completed)."""
+def request_table(ex: Executor, requests: Optional[list] = None) -> pd.DataFrame:
+    """One row per request: id, category and turn (when ``requests`` are given), lengths, times and
+    latency metrics (NaN where it never completed)."""
     out_len = ex.olen
     tpot = np.where(out_len > 1, (ex.finish - ex.first_token) / np.maximum(out_len - 1, 1), np.nan)
     return pd.DataFrame({
-        "request_id": ids if ids is not None else np.arange(ex.n).astype(str),
+        "request_id": [r.id for r in requests] if requests else np.arange(ex.n).astype(str),
+        "category": [r.category for r in requests] if requests else None,
+        "turn": [r.turn for r in requests] if requests else 0,
         "prompt_len": ex.plen,
         "output_len": out_len,
         "arrival_s": ex.arrival,

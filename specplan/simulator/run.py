@@ -207,7 +207,7 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     cost = cost if cost is not None else build_cost(cfg)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
     ex.run()
-    req = metrics.request_table(ex, [r.id for r in requests])
+    req = metrics.request_table(ex, requests)
     its = metrics.iteration_table(ex)
     em = metrics.emission_table(ex)
     summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
