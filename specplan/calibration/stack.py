@@ -11,6 +11,9 @@ residual, RMSNorm, fused gate/up GEMM, SiLU*mul, down GEMM, residual; final RMSN
 the positions that need logits (all of a generation row's, the last of a prefill row's); greedy
 argmax as the sampler. Each layer's KV cache is a flat buffer viewed as ``[batch, kv_heads,
 context + query_len, head_dim]`` for the point being measured.
+
+The pieces of a step (``layer``, ``rotary``, ``sdpa``, ``rope_tables``, ``logits``) are public so that
+the fidelity replay (``replay``) runs mixed batches over a per-request cache with the same kernels.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from specplan.cost_models.models import ModelSpec
 
 ROPE_THETA = 500000.0
 EPS = 1e-5
+
+AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _rand(shape, device, dtype, gen) -> torch.Tensor:
@@ -83,7 +88,8 @@ class DecoderStack:
             return f"torch SDPA ({'/'.join(kernels)} enabled), {gqa}, bottom-right causal mask"
         return f"torch SDPA (CPU), {gqa}, bottom-right causal mask"
 
-    def _rope_tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope_tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary cos and sin of positions ``start .. start + length - 1``, shaped ``[1, length, 1, head_dim]``."""
         inv = 1.0 / ROPE_THETA ** (torch.arange(0, self.hd, 2, device=self.device, dtype=torch.float32) / self.hd)
         pos = torch.arange(start, start + length, device=self.device, dtype=torch.float32)
         ang = torch.outer(pos, inv).repeat(1, 2)
@@ -94,46 +100,63 @@ class DecoderStack:
         gen = torch.Generator(device=self.device).manual_seed(point.num_tokens)
         if point.kind == "lm_head":
             x = _rand((point.num_tokens, self.h), self.device, self.dtype, gen)
-            return lambda: self._logits(x)
+            return lambda: self.logits(x)
         if point.kv_tokens > self.max_kv_tokens:
             raise ValueError(f"point {point.key} needs {point.kv_tokens} KV tokens > {self.max_kv_tokens}")
         b, q, ctx = point.batch, point.query_len, point.context
         ids = torch.randint(0, self.vocab, (b * q,), device=self.device, generator=gen)
-        cos, sin = self._rope_tables(ctx, q)
+        cos, sin = self.rope_tables(ctx, q)
         mask = causal_lower_right(q, ctx + q) if q > 1 else None
         caches = [(lay["k"][: b * self.kvh * (ctx + q) * self.hd].view(b, self.kvh, ctx + q, self.hd),
                    lay["v"][: b * self.kvh * (ctx + q) * self.hd].view(b, self.kvh, ctx + q, self.hd))
                   for lay in self.layers]
-        groups = self.qh // self.kvh
 
-        def attend(qs, kc, vc):
-            if self.gqa_native:
-                return F.scaled_dot_product_attention(qs, kc, vc, attn_mask=mask, enable_gqa=True)
-            kc, vc = kc.repeat_interleave(groups, 1), vc.repeat_interleave(groups, 1)
-            return F.scaled_dot_product_attention(qs, kc, vc, attn_mask=mask)
-
-        def rope(x):
-            x1, x2 = x.chunk(2, -1)
-            return x * cos + torch.cat((-x2, x1), -1) * sin
+        def attention(i, qs, ks, vs):
+            kc, vc = caches[i]
+            qs = rotary(qs.view(b, q, self.qh, self.hd), cos, sin).transpose(1, 2)
+            kc[:, :, ctx:] = rotary(ks.view(b, q, self.kvh, self.hd), cos, sin).transpose(1, 2)
+            vc[:, :, ctx:] = vs.view(b, q, self.kvh, self.hd).transpose(1, 2)
+            return self.sdpa(qs, kc, vc, mask).transpose(1, 2).reshape(b * q, self.qh * self.hd)
 
         def run() -> torch.Tensor:
             x = F.embedding(ids, self.embed)
-            for lay, (kc, vc) in zip(self.layers, caches):
-                y = F.rms_norm(x, (self.h,), lay["n1"], EPS)
-                qs, ks, vs = F.linear(y, lay["wqkv"]).split(
-                    [self.qh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
-                qs = rope(qs.view(b, q, self.qh, self.hd)).transpose(1, 2)
-                kc[:, :, ctx:] = rope(ks.view(b, q, self.kvh, self.hd)).transpose(1, 2)
-                vc[:, :, ctx:] = vs.view(b, q, self.kvh, self.hd).transpose(1, 2)
-                a = attend(qs, kc, vc).transpose(1, 2).reshape(b * q, self.qh * self.hd)
-                x = x + F.linear(a, lay["wo"])
-                gate, up = F.linear(F.rms_norm(x, (self.h,), lay["n2"], EPS), lay["wgu"]).chunk(2, -1)
-                x = x + F.linear(F.silu(gate) * up, lay["wd"])
+            for i in range(len(self.layers)):
+                x = self.layer(i, x, attention)
             if point.is_prefill:
                 x = x.view(b, q, self.h)[:, -1]
-            return self._logits(x)
+            return self.logits(x)
 
         return run
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+    def layer(self, i: int, x: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
+        """Layer ``i`` on hidden states ``x`` ``[tokens, hidden]``: norm, QKV GEMM, ``attention``, O GEMM,
+        residual, norm, gate/up GEMM, SiLU*mul, down GEMM, residual.
+
+        ``attention(i, q, k, v)`` takes the flat projections (``[tokens, heads * head_dim]``) and returns
+        ``[tokens, q_heads * head_dim]``; it applies the rotary embedding and writes the KV cache.
+        """
+        lay = self.layers[i]
+        y = F.rms_norm(x, (self.h,), lay["n1"], EPS)
+        qs, ks, vs = F.linear(y, lay["wqkv"]).split([self.qh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
+        x = x + F.linear(attention(i, qs, ks, vs), lay["wo"])
+        gate, up = F.linear(F.rms_norm(x, (self.h,), lay["n2"], EPS), lay["wgu"]).chunk(2, -1)
+        return x + F.linear(F.silu(gate) * up, lay["wd"])
+
+    def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+        """SDPA of ``q`` ``[b, q_heads, n, d]`` over ``k``, ``v`` ``[b, kv_heads, m, d]`` (GQA native, or KV
+        expanded where SDPA lacks it)."""
+        if self.gqa_native:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        groups = self.qh // self.kvh
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
+                                              attn_mask=mask)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm, LM head and greedy argmax over hidden states ``x`` ``[n, hidden]``."""
         return F.linear(F.rms_norm(x, (self.h,), self.final_norm, EPS), self.lm_head).argmax(-1)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` (last dim head_dim) with ``cos``/``sin`` broadcastable to it."""
+    x1, x2 = x.chunk(2, -1)
+    return x * cos + torch.cat((-x2, x1), -1) * sin

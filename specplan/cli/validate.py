@@ -16,8 +16,10 @@ from specplan.validation.scenarios import BUNDLED
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
-        profile: str = typer.Option(..., "--profile", help="Profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b)."),
-        out: Path = typer.Option(..., "--out", help="Directory for report.md, iterations.csv, the plot and summary.json."),
+        profile: str = typer.Option(..., "--profile",
+                                    help="Profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b)."),
+        out: Path = typer.Option(..., "--out",
+                                 help="Directory for report.md, iterations.csv, the plot and summary.json."),
         device: str = typer.Option("cuda", "--device", help="cuda or cpu (cpu: a CPU profile of the tiny model)."),
         scenario: Optional[list[str]] = typer.Option(
             None, "--scenario", help=f"Bundled scenario ({', '.join(BUNDLED)}) or a simulate config YAML; repeatable. "
@@ -25,8 +27,9 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", help="Model to replay (default: the profile's)."),
         threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),
         warmup: int = typer.Option(3, "--warmup", min=0, help="Steps run untimed before timing starts."),
-        attention: str = typer.Option("auto", "--attention",
-                                      help="auto (paged varlen kernel on CUDA when it checks out) or rows (SDPA per row)."),
+        attention: str = typer.Option(
+            "auto", "--attention",
+            help="auto (FlashAttention varlen on CUDA when it checks out) or rows (SDPA per row)."),
         seed: int = typer.Option(0, "--seed", help="Random weights."),
     ) -> None:
         """Simulate scenarios, replay every iteration for real, report per-iteration and end-to-end error."""

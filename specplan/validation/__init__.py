@@ -1,0 +1,13 @@
+"""The fidelity harness behind ``specplan validate``: simulate a scenario, replay its iterations on a
+device, and measure the simulator's error.
+
+- ``scenarios``: the bundled scenarios (``low``, ``high``) and scenario files, bound to a profile;
+- ``schedule``: the simulated iterations as replayable steps (rows, query lengths, contexts, drafting);
+- ``compare``: predicted terms per iteration, errors, error bins, and request timelines re-timed with
+  measured steps;
+- ``report``: ``report.md``, ``iterations.csv``, ``predicted_vs_measured.png``, ``summary.json``;
+- ``runner``: ``run_validation``, the whole command.
+
+Nothing here imports torch; the replay itself is ``specplan.calibration.replay``, imported only when
+a validation runs.
+"""
