@@ -343,21 +343,26 @@ class Executor:
     def _accept(self, rows, chunk, ctx_rows, drafting, accepted) -> np.ndarray:
         """g. Commit accepted + 1 per verify row (never past the output); rewind rejected KV."""
         now = self.env.now
-        ctx_idx = np.flatnonzero(ctx_rows)
-        crow = rows[ctx_idx]
-        self.computed[crow] += chunk[ctx_idx]
-        commit = np.where(ctx_rows, 0, 1)
-        commit[ctx_idx[self.computed[crow] >= self.ctx_target[crow]]] = 1
+        generated = self.generated[rows]
+        commit = np.ones(len(rows), dtype=np.int64)
+        has_ctx = bool(ctx_rows.any())  # steady decode steps skip the prefill bookkeeping
+        if has_ctx:
+            ctx_idx = np.flatnonzero(ctx_rows)
+            crow = rows[ctx_idx]
+            self.computed[crow] += chunk[ctx_idx]
+            commit[ctx_idx] = self.computed[crow] >= self.ctx_target[crow]
+            self.first_token[crow[(commit[ctx_idx] > 0) & (generated[ctx_idx] == 0)]] = now
         commit[drafting] += accepted
-        commit = np.minimum(commit, self.olen[rows] - self.generated[rows])
-        firsts = rows[(commit > 0) & (self.generated[rows] == 0)]
-        self.first_token[firsts] = now
-        self.generated[rows] += commit
-        self.emits[rows] += commit > 0
-        # Rewind to the resident KV: the newest committed token is written by the next forward.
-        self.kv.resize(rows, np.where(ctx_rows & (commit == 0), self.computed[rows],
-                                      self.plen[rows] + self.generated[rows] - 1))
+        commit = np.minimum(commit, self.olen[rows] - generated)
+        generated += commit
+        self.generated[rows] = generated
         emitted = commit > 0
+        self.emits[rows] += emitted
+        # Rewind to the resident KV: the newest committed token is written by the next forward.
+        resident = self.plen[rows] + generated - 1
+        if has_ctx:
+            resident = np.where(ctx_rows & ~emitted, self.computed[rows], resident)
+        self.kv.resize(rows, resident)
         self.trace.emissions.append((rows[emitted], now, commit[emitted]))
         self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
         return commit
@@ -415,10 +420,11 @@ class Executor:
                     sample, self._pending_sample = self._pending_sample, sample
                 if sample is not None and self.gate.record(sample):
                     self._trip(it)
+            n_ctx, prefill = int(ctx_rows.sum()), int(chunk.sum())
             self.trace.iterations.append((
-                it, start, step, len(self.active), len(self.waiting), len(rows), int((~ctx_rows).sum()),
-                int(chunk.sum()), k_run, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum() - chunk.sum()),
-                int(commit.sum()), int((commit[ctx_rows] > 0).sum()), self.kv.used,
+                it, start, step, len(self.active), len(self.waiting), len(rows), len(rows) - n_ctx,
+                prefill, k_run, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum()) - prefill,
+                int(commit.sum()), int((commit[ctx_rows] > 0).sum()) if n_ctx else 0, self.kv.used,
             ))
             finished = rows[self.generated[rows] >= self.olen[rows]]
             if len(finished):

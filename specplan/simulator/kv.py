@@ -25,7 +25,7 @@ class KVBlockPool:
     def resize(self, rids: np.ndarray, tokens: np.ndarray) -> None:
         """Set the blocks held by ``rids`` to what ``tokens`` positions need (grow or rewind)."""
         new = self.blocks_for(tokens)
-        self.used += int(new.sum() - self.held[rids].sum())
+        self.used += int((new - self.held[rids]).sum())
         self.held[rids] = new
         if self.used > self.num_blocks or self.used < 0:
             raise AssertionError(f"KV accounting broke: {self.used} of {self.num_blocks} blocks")

@@ -130,9 +130,6 @@ def _markdown(results: list[ScenarioResult], meta: dict) -> str:
 
 
 def _plot(results: list[ScenarioResult], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colours = {"decode": "tab:blue", "mixed": "tab:orange", "prefill": "tab:red"}
