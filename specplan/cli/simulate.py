@@ -84,14 +84,18 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
     ) -> None:
         """Simulate one engine replica serving a workload, with speculative decoding as configured."""
-        from specplan.simulator.run import baseline_config, build_cost, simulate as run_sim
+        from specplan.simulator.run import baseline_config, build_cost, resolve, simulate as run_sim
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
         cfg = load_config(config, set_)
         cost = build_cost(cfg)
         console = Console(stderr=fmt == "json")
-        console.print(describe_scenario(cfg, cost.describe()))
+        resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
+        if resolved.speculation != cfg.speculation:
+            console.print(f"Resolved speculative config ({cfg.engine.engine}): "
+                          f"{resolved.speculation.model_dump(exclude_defaults=True)}")
+        console.print(describe_scenario(resolved, cost.describe()))
         result = run_sim(cfg, cost)
         base = run_sim(baseline_config(cfg), cost) if baseline else None
         summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
