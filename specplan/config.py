@@ -14,8 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from specplan.errors import ConfigError
 
 
-class _Section(BaseModel):
+class StrictModel(BaseModel):
+    """Frozen, and unknown keys are errors: every config and data-file model derives from it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_Section = StrictModel
 
 
 class EngineConfig(_Section):

@@ -29,9 +29,9 @@ from typing import Optional
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from specplan.config import format_validation_error
+from specplan.config import StrictModel, format_validation_error
 from specplan.errors import ConfigError
 
 HOST_SPEEDUP = {"NGram": 1.0, "AUTO": 1.0, "pld": 1.0, "suffix": 1.0, "vllm_ngram": 25.0}
@@ -40,9 +40,7 @@ NEURAL_DRAFTERS = ("MTP", "Eagle3")
 DRAFT_COSTS_FORMAT = "specplan-draft-costs/1"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+_Strict = StrictModel
 
 class NGramHostTable(_Strict):
     """Measured seconds per request-step of the host pool, by pool size (rows) and K (columns)."""

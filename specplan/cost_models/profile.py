@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from specplan.config import format_validation_error
+from specplan.config import StrictModel, format_validation_error
 from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.cost_models.options import CostOptions
@@ -39,9 +39,7 @@ from specplan.errors import ConfigError
 PROFILE_FORMAT = "specplan-profile/1"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+_Strict = StrictModel
 
 class Curve(_Strict):
     """Seconds at increasing token counts; piecewise linear between them."""

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable
 
 from specplan.errors import TraceError
-from specplan.workloads.records import open_text, write_jsonl
+from specplan.workloads.records import iter_records, write_jsonl
 from specplan.workloads.request import Request
 
 _OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float)}
@@ -52,23 +51,14 @@ def parse_token_record(obj, path: Path, lineno: int) -> Request:
 def read_token_trace(path: str | os.PathLike) -> list[Request]:
     """Load a whole token trace; any malformed line raises TraceError naming file, line and field."""
     path = Path(path)
-    if not path.exists():
-        raise TraceError(f"{path}: no such trace file")
     requests: list[Request] = []
     seen: set[str] = set()
-    with open_text(path, "r") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            req = parse_token_record(obj, path, lineno)
-            if req.id in seen:
-                raise TraceError(f"{path}:{lineno}: duplicate id '{req.id}'")
-            seen.add(req.id)
-            requests.append(req)
+    for where, obj in iter_records(path):
+        req = parse_token_record(obj, path, where.line)
+        if req.id in seen:
+            raise TraceError(f"{path}:{where.line}: duplicate id '{req.id}'")
+        seen.add(req.id)
+        requests.append(req)
     if not requests:
         raise TraceError(f"{path}: the trace holds no requests")
     return requests
