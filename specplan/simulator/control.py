@@ -121,6 +121,30 @@ class LegacySpeculationGate(_LatchingWindow):
         return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
 
 
+def check_batch_size_ranges(ranges, max_k: Optional[int] = None) -> None:
+    """vLLM's rules for ``num_speculative_tokens_per_batch_size``: a non-empty list of inclusive
+    ``[start, end, K]`` with 1 <= start <= end, K >= 0 (and <= ``max_k`` when given), the first
+    starting at 1, sorted and not overlapping. Raises ValueError whose text starts with ``[i]: `` or
+    ``: `` so callers can prefix the field name."""
+    if not isinstance(ranges, (list, tuple)) or not ranges:
+        raise ValueError(": expected a non-empty list of [start, end, K]")
+    prev_end = 0
+    for i, r in enumerate(ranges):
+        if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                      for x in r):
+            raise ValueError(f"[{i}]: expected three integers [start, end, K]")
+        start, end, k = r
+        if start < 1 or start > end:
+            raise ValueError(f"[{i}]: need 1 <= start <= end, got [{start}, {end}]")
+        if k < 0 or (max_k is not None and k > max_k):
+            raise ValueError(f"[{i}]: K must be in [0, {'num_speculative_tokens = ' + str(max_k) if max_k is not None else 'inf'}], got {k}")
+        if i == 0 and start != 1:
+            raise ValueError(": the first range must start at 1")
+        if start <= prev_end:
+            raise ValueError(f"[{i}]: ranges must be sorted and not overlap")
+        prev_end = end
+
+
 def validate_speculation(spec) -> None:
     """The engines' config rules; raises ValueError with the field named (pydantic reports it)."""
     sched = spec.draft_len_schedule
@@ -143,17 +167,10 @@ def validate_speculation(spec) -> None:
     if ranges is not None:
         if sched is not None:
             raise ValueError("use draft_len_schedule or num_speculative_tokens_per_batch_size, not both")
-        if not ranges:
-            raise ValueError("num_speculative_tokens_per_batch_size must not be empty")
-        prev_end = 0
-        for i, (start, end, k) in enumerate(ranges):
-            if start < 1 or end < 1 or start > end or k < 0:
-                raise ValueError(f"num_speculative_tokens_per_batch_size[{i}]: need 1 <= start <= end and K >= 0")
-            if i == 0 and start != 1:
-                raise ValueError("num_speculative_tokens_per_batch_size: the first range must start at 1")
-            if start <= prev_end:
-                raise ValueError(f"num_speculative_tokens_per_batch_size[{i}]: ranges must be sorted and not overlap")
-            prev_end = end
+        try:
+            check_batch_size_ranges(ranges)
+        except ValueError as exc:
+            raise ValueError(f"num_speculative_tokens_per_batch_size{exc}") from None
     n = spec.max_matching_ngram_size
     if n is not None and spec.decoding_type == "SA" and not (n == -1 or 1 <= n <= 64):
         raise ValueError("max_matching_ngram_size for SA must be -1 (longest match) or in [1, 64]")

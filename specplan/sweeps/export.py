@@ -23,6 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from specplan.config import SpeculationConfig, read_yaml
+from specplan.simulator.control import check_batch_size_ranges
 from specplan.errors import ConfigError
 from specplan.simulator.drafters.settings import DrafterSettings
 from specplan.simulator.presets import schedule_to_ranges
@@ -104,23 +105,10 @@ def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config
         raise ConfigError(f"{source}.num_speculative_tokens: must be an integer >= 1, got {n!r}")
     ranges = cfg.get("num_speculative_tokens_per_batch_size")
     if ranges is not None:
-        field = f"{source}.num_speculative_tokens_per_batch_size"
-        if not isinstance(ranges, list) or not ranges:
-            raise ConfigError(f"{field}: expected a non-empty list of [start, end, K]")
-        prev_end = 0
-        for i, r in enumerate(ranges):
-            if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(_is_int(x) for x in r):
-                raise ConfigError(f"{field}[{i}]: expected three integers [start, end, K]")
-            start, end, k = r
-            if start < 1 or start > end:
-                raise ConfigError(f"{field}[{i}]: need 1 <= start <= end, got [{start}, {end}]")
-            if not 0 <= k <= n:
-                raise ConfigError(f"{field}[{i}]: K must be in [0, num_speculative_tokens = {n}], got {k}")
-            if i == 0 and start != 1:
-                raise ConfigError(f"{field}: the first range must start at 1")
-            if start <= prev_end:
-                raise ConfigError(f"{field}[{i}]: ranges must be sorted and not overlap")
-            prev_end = end
+        try:
+            check_batch_size_ranges(ranges, max_k=n)
+        except ValueError as exc:
+            raise ConfigError(f"{source}.num_speculative_tokens_per_batch_size{exc}") from None
     lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
     for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
         if v is not None and (not _is_int(v) or v < 1):
