@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         cost = build_cost(cfg)
         console = Console(stderr=fmt == "json")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
-        if resolved.speculation != cfg.speculation:
+        if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
             console.print(f"Resolved speculative config ({cfg.engine.engine}): "
                           f"{resolved.speculation.model_dump(exclude_defaults=True)}")
         console.print(describe_scenario(resolved, cost.describe()))
