@@ -7,6 +7,8 @@ settings.register_profile("ci", max_examples=30, deadline=None, suppress_health_
 settings.register_profile("thorough", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+CPU_CALIBRATION_BUDGET_S = 20
+
 
 @pytest.fixture
 def make_config():
@@ -31,3 +33,23 @@ def make_config():
         return build_config(base)
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def cpu_calibration(tmp_path_factory):
+    """One `specplan calibrate --model tiny --device cpu` run, shared by the calibration and
+    validation tests (it takes about 20 s)."""
+    pytest.importorskip("torch")
+    import typer
+    from typer.testing import CliRunner
+
+    from specplan.cli import calibrate as calibrate_cli
+
+    root = typer.Typer()
+    root.callback()(lambda: None)  # a group, so "calibrate" is a subcommand as on the real CLI
+    calibrate_cli.register(root)
+    out = tmp_path_factory.mktemp("calibrate")
+    result = CliRunner().invoke(root, ["calibrate", "--model", "tiny", "--device", "cpu", "--budget-s",
+                                       str(CPU_CALIBRATION_BUDGET_S), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

@@ -21,7 +21,7 @@ from specplan.cost_models.registry import make_cost_model
 
 pytest.importorskip("torch")
 
-BUDGET_S = 20
+from conftest import CPU_CALIBRATION_BUDGET_S as BUDGET_S  # noqa: E402
 
 
 def app():
@@ -31,13 +31,9 @@ def app():
     return root
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("calibrate")
-    result = CliRunner().invoke(app(), ["calibrate", "--model", "tiny", "--device", "cpu", "--budget-s",
-                                        str(BUDGET_S), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+@pytest.fixture
+def run_dir(cpu_calibration):
+    return cpu_calibration
 
 
 def test_writes_long_csv_meta_and_profile(run_dir):

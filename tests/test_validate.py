@@ -24,7 +24,6 @@ from specplan.validation.schedule import Step, steps_from_run
 
 torch = pytest.importorskip("torch")
 
-CALIBRATE_BUDGET_S = 12
 CPU_MEDIAN_APE_BOUND = 0.50
 
 
@@ -36,12 +35,9 @@ def app():
 
 
 @pytest.fixture(scope="module")
-def validated(tmp_path_factory):
-    cal = tmp_path_factory.mktemp("calibrate")
+def validated(tmp_path_factory, cpu_calibration):
+    cal = cpu_calibration
     runner = CliRunner()
-    result = runner.invoke(app(), ["calibrate", "--model", "tiny", "--device", "cpu", "--budget-s",
-                                   str(CALIBRATE_BUDGET_S), "--out", str(cal)])
-    assert result.exit_code == 0, result.output
     out = tmp_path_factory.mktemp("validate")
     result = runner.invoke(app(), ["validate", "--profile", str(cal / "profile.yaml"), "--device", "cpu",
                                    "--scenario", "low", "--scenario", "high", "--out", str(out)])
