@@ -150,7 +150,13 @@ class Executor:
         self._check_fits()
 
     def _check_fits(self) -> None:
-        """A request that can never fit in KV would wait forever: refuse the config up front."""
+        """A request that can never be scheduled would wait forever: refuse the config up front."""
+        if not self.s.chunked_prefill and self.n and int(self.plen.max()) > self.s.max_num_tokens:
+            worst = int(self.plen.argmax())
+            raise ConfigError(
+                f"engine.max_num_tokens: request {worst} has a {int(self.plen[worst])}-token prompt, over "
+                f"max_num_tokens {self.s.max_num_tokens}; set engine.enable_chunked_prefill: true or raise it"
+            )
         need = self.kv.blocks_for(self.plen + self.olen + self.k_static)
         worst = int(need.argmax())
         if need[worst] > self.kv.num_blocks:
