@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from specplan.config import build_config
-from specplan.sweeps.records import RecordStore, atomic_write, config_json, config_key, plain, record_bytes
+from specplan.atomic import atomic_write
+from specplan.sweeps.records import RecordStore, config_json, config_key, plain, record_bytes
 from specplan.sweeps.runners import LocalRunner, Runner, execute, run_record
 from specplan.sweeps.spec import parse_sweep
 from specplan.sweeps.sweep import RECORDS_DIR, TABLE_FILE, run_sweep
@@ -89,10 +90,10 @@ def test_rerun_skips_everything_recorded(tmp_path):
     with LocalRunner(2) as runner:
         first = run_sweep(spec, tmp_path, runner)
     assert len(list((tmp_path / RECORDS_DIR).glob("*.json"))) == 3  # 2 points + their one shared baseline
-    (tmp_path / RECORDS_DIR / ".tmp-stale.json.abc").write_text("{")  # what a kill mid-write leaves
+    (tmp_path / RECORDS_DIR / ".stale.json.abc123.tmp").write_text("{")  # what a kill mid-write leaves
     again = run_sweep(spec, tmp_path, NoRuns())
     pd.testing.assert_frame_equal(first, again)
-    assert not list((tmp_path / RECORDS_DIR).glob(".tmp-*"))
+    assert not list((tmp_path / RECORDS_DIR).glob(".*.tmp"))
     # the K = 0 point behaves exactly as its baseline
     assert again.loc[again["speculation.max_draft_len"] == 0, "speedup"].item() == 1.0
 

@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from specplan.cost_models.draft import DRAFT_COSTS_FORMAT, DraftCostSection, NGramHostTable, SAKernelCost
-from specplan.cost_models.profile import atomic_write_text
+from specplan.atomic import atomic_write_text
 
 VOCAB = 32000
 PROMPT_LEN = 512

@@ -35,7 +35,8 @@ from specplan.cost_models.gamma import gamma_view, render_table
 from specplan.cost_models.hardware import gpu_key_for_device
 from specplan.cost_models.measurements import COLUMNS, forward_points, preferred_mode
 from specplan.cost_models.models import get_model
-from specplan.cost_models.profile import ModelShape, ProfileFile, Provenance, atomic_write_text, write_profile
+from specplan.atomic import atomic_write_text
+from specplan.cost_models.profile import ModelShape, ProfileFile, Provenance, write_profile
 from specplan.errors import SpecplanError
 
 MEASURE_SHARE = 0.9

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -23,18 +21,11 @@ def default_k(kind: str, depth: int) -> int:
 
 def write_steps(path: Path, steps) -> None:
     """One JSON line per request, ``{"id", "steps": [[position, [draft], accepted], ...]}``, written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for rid, g in steps.groupby("rid", sort=True):
-                rows = [[int(p), [int(t) for t in d], int(a)]
-                        for p, d, a in zip(g["position"], g["draft"], g["accepted"])]
-                fh.write(json.dumps({"id": g["id"].iloc[0], "steps": rows}, separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from specplan.workloads.records import write_jsonl
+
+    write_jsonl(({"id": g["id"].iloc[0], "steps": [[int(p), [int(t) for t in d], int(a)]
+                                                   for p, d, a in zip(g["position"], g["draft"], g["accepted"])]}
+                 for _, g in steps.groupby("rid", sort=True)), path)
 
 
 def _tables(summary, k: int) -> list[Table]:

@@ -99,7 +99,8 @@ def register(app: typer.Typer) -> None:
         """Find per batch-size band the K that maximises goodput under the SLOs; write TensorRT-LLM and vLLM configs."""
         from specplan.config import load_config
         from specplan.sweeps import export
-        from specplan.sweeps.records import RecordStore, atomic_write
+        from specplan.atomic import atomic_write
+        from specplan.sweeps.records import RecordStore
         from specplan.sweeps.recommend import recommend as search
         from specplan.sweeps.runners import make_runner
 

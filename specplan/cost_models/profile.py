@@ -20,8 +20,6 @@ A profile file (YAML, ``format: specplan-profile/1``) is either
 from __future__ import annotations
 
 import bisect
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Literal, Optional
@@ -34,6 +32,7 @@ from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.cost_models.options import CostOptions
 from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
+from specplan.atomic import atomic_write_text
 from specplan.errors import ConfigError
 
 PROFILE_FORMAT = "specplan-profile/1"
@@ -149,20 +148,6 @@ def read_profile(path: str | Path) -> ProfileFile:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read profile ({exc.strerror})") from None
     return parse_profile(text, str(path))
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def write_profile(profile: ProfileFile, path: str | Path) -> None:

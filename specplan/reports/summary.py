@@ -28,7 +28,7 @@ from specplan.errors import SpecplanError
 from specplan.reports import plots
 from specplan.reports.analysis import (acceptance_length_distribution, label_rows, md_table, pareto_front,
                                        seed_means, short_names)
-from specplan.sweeps.records import atomic_write
+from specplan.atomic import atomic_write
 from specplan.sweeps.sweep import open_sweep
 
 REPORT_FILE = "report.md"

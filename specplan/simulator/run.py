@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -13,6 +12,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from specplan.atomic import atomic_write
 from specplan.config import SimConfig, SpeculationConfig
 from specplan.errors import ConfigError
 from specplan.simulator import metrics
@@ -45,11 +45,11 @@ class SimResult:
         for name in ("requests", "iterations", "emissions"):
             df = getattr(self, name)
             for fmt in formats:
-                _atomic(out / f"{name}.{fmt}", lambda p, df=df, fmt=fmt: df.to_parquet(p, index=False)
+                atomic_write(out / f"{name}.{fmt}", lambda p, df=df, fmt=fmt: df.to_parquet(p, index=False)
                         if fmt == "parquet" else df.to_csv(p, index=False))
-        _atomic(out / "summary.json", lambda p: Path(p).write_text(json.dumps(
+        atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(
             {"description": self.description, **self.summary}, indent=2, default=_json_default)))
-        _atomic(out / "config.yaml", lambda p: Path(p).write_text(dump_config(self.config)))
+        atomic_write(out / "config.yaml", lambda p: Path(p).write_text(dump_config(self.config)))
         return out
 
 
@@ -59,17 +59,6 @@ def _json_default(obj):
     if isinstance(obj, (np.floating,)):
         return float(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def dump_config(cfg: SimConfig) -> str:

@@ -27,7 +27,7 @@ from specplan.simulator.control import check_batch_size_ranges
 from specplan.errors import ConfigError
 from specplan.simulator.drafters.settings import DrafterSettings
 from specplan.simulator.presets import schedule_to_ranges
-from specplan.sweeps.records import atomic_write
+from specplan.atomic import atomic_write
 
 _TRT_COMMON = ("decoding_type", "max_draft_len", "draft_len_schedule", "max_concurrency",
                "acceptance_rate_window_size", "acceptance_rate_threshold")

@@ -14,18 +14,17 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from specplan.atomic import TMP_SUFFIX, atomic_write
 from specplan.config import SimConfig
 from specplan.errors import SpecplanError
 
 # Part of every key: bump it when the record layout or the simulator's results change meaning.
 RECORD_FORMAT = 1
-_TMP_PREFIX = ".tmp-"
 
 
 def config_json(cfg: SimConfig) -> dict:
@@ -71,20 +70,6 @@ def make_record(cfg: SimConfig, summary: dict, description: dict) -> dict:
     }
 
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` on a temporary file beside ``path``, flush it to disk, rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX + path.name + ".", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def record_bytes(record: dict) -> bytes:
     """The exact file content of a record (stable: insertion order, strict JSON)."""
     return (json.dumps(record, indent=1, allow_nan=False) + "\n").encode()
@@ -121,7 +106,7 @@ class RecordStore:
 
     def remove_stale_temporaries(self) -> int:
         """Delete temporary files a killed run left behind; returns how many."""
-        stale = list(self.root.glob(_TMP_PREFIX + "*"))
+        stale = list(self.root.glob(".*" + TMP_SUFFIX))
         for p in stale:
             p.unlink(missing_ok=True)
         return len(stale)

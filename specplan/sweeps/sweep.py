@@ -20,7 +20,8 @@ import pandas as pd
 import yaml
 
 from specplan.errors import SpecplanError
-from specplan.sweeps.records import RecordStore, atomic_write
+from specplan.atomic import atomic_write
+from specplan.sweeps.records import RecordStore
 from specplan.sweeps.runners import Runner, execute, make_runner
 from specplan.sweeps.spec import Point, SweepSpec, expand, read_sweep
 from specplan.sweeps.table import baseline_of, results_table, write_table

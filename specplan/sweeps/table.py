@@ -20,7 +20,8 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from specplan.config import SimConfig, SpeculationConfig
-from specplan.sweeps.records import atomic_write, config_key
+from specplan.atomic import atomic_write
+from specplan.sweeps.records import config_key
 from specplan.sweeps.spec import Point
 
 RATIO_COLUMNS = ("speedup", "tpot_speedup", "goodput_gain")

@@ -15,7 +15,7 @@ from typing import Optional
 import pandas as pd
 
 from specplan.config import SimConfig
-from specplan.cost_models.profile import atomic_write_text
+from specplan.atomic import atomic_write_text
 from specplan.workloads.records import atomic_writer
 
 CSV_COLUMNS = (

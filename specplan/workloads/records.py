@@ -11,13 +11,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from specplan.atomic import atomic_path
 from specplan.errors import TraceError
 
 def open_text(path: Path, mode: str):
@@ -147,20 +146,10 @@ def atomic_writer(path: str | Path, binary: bool = False):
     """A handle (text, or bytes with ``binary``) on a temporary file in the target folder, renamed
     onto ``path`` only when the block completes; gzip when the name ends in ``.gz``, with a fixed
     header so output is byte-reproducible. On error the target is left untouched."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp_path = Path(tmp)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if path.suffix == ".gz" else raw
-            with stream if binary else io.TextIOWrapper(stream, encoding="utf-8", newline="\n") as fh:
-                yield fh
-        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; written data is meant to be shared
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
+        stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if Path(path).suffix == ".gz" else raw
+        with stream if binary else io.TextIOWrapper(stream, encoding="utf-8", newline="\n") as fh:
+            yield fh
 
 
 def write_jsonl(records: Iterable[dict], path: str | Path) -> Path:

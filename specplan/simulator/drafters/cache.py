@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from specplan.atomic import atomic_write
 
 Table = dict[str, np.ndarray]
 
@@ -79,15 +80,12 @@ def _write_bundle(path: Path, tables: dict[str, Table]) -> None:
     arrays = {f: np.concatenate([tables[k][f] for k in keys]) for f in fields}
     arrays["keys"] = np.array(keys)
     arrays["lengths"] = np.array([len(tables[k][fields[0]]) for k in keys], dtype=np.int64)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write(path, write)
 
 
 DEFAULT_CACHE = PrecomputeCache()
