@@ -140,7 +140,7 @@ class Executor:
         self.active: list[int] = []  # admission order
         self.done = 0
         self._wakeup: Optional[simpy.Event] = None
-        self._pending_sample: Optional[tuple[float, float]] = None
+        self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
         self._successors: dict[int, list[int]] = {}
         for rid, pred in enumerate(workload.predecessor.tolist()):
