@@ -43,8 +43,9 @@ def test_spec_gated_off_everywhere_equals_baseline(make_config):
 
 
 def _gate_cfg(make_config, alpha, overlap, output_len=600):
+    # SA: TensorRT-LLM's NGram pool does not support the overlap scheduler.
     return make_config(engine={"overlap_scheduler": overlap},
-                       speculation={"max_draft_len": 4, "acceptance_rate_window_size": 200,
+                       speculation={"decoding_type": "SA", "max_draft_len": 4, "acceptance_rate_window_size": 200,
                                     "acceptance_rate_threshold": 0.3},
                        acceptance={"alpha": alpha},
                        workload={"concurrency": 4, "num_requests": 4, "output_len": output_len, "prompt_len": 3})

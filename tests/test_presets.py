@@ -69,3 +69,12 @@ def test_presets_reject_the_other_engines_fields():
             decoding_type="vllm_ngram", acceptance_rate_window_size=10, acceptance_rate_threshold=0.3))
     with pytest.raises(ConfigError, match="no 'NGram' drafter"):
         resolve_speculation(EngineConfig(engine="vllm"), SpeculationConfig(decoding_type="NGram"))
+
+
+def test_ngram_refuses_the_overlap_scheduler_on_trtllm():
+    with pytest.raises(ConfigError, match="engine.overlap_scheduler"):
+        resolve_speculation(EngineConfig(overlap_scheduler=True), SpeculationConfig(decoding_type="NGram"))
+    with pytest.raises(ConfigError, match="engine.overlap_scheduler"):
+        resolve_speculation(EngineConfig(overlap_scheduler=True), SpeculationConfig(decoding_type="AUTO"))
+    ok = resolve_speculation(EngineConfig(overlap_scheduler=True), SpeculationConfig(decoding_type="SA"))
+    assert ok.decoding_type == "SA"

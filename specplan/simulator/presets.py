@@ -67,6 +67,11 @@ def resolve_speculation(engine: EngineConfig, spec: SpeculationConfig) -> Specul
             update["draft_len_schedule"] = None
     elif spec.num_speculative_tokens_per_batch_size is not None:
         raise ConfigError("speculation.num_speculative_tokens_per_batch_size: a vLLM field; TensorRT-LLM uses draft_len_schedule")
+    if name == "trtllm" and engine.overlap_scheduler and update.get("decoding_type", spec.decoding_type) == "NGram":
+        # SpeculativeDecodingMode.support_overlap_scheduler() excludes NGram: the host pool needs the
+        # previous step's tokens before it can draft (TRT's blog 7 requires disable_overlap_scheduler).
+        raise ConfigError("engine.overlap_scheduler: TensorRT-LLM's NGram drafter does not support the overlap "
+                          "scheduler; turn it off or draft with SA")
     if spec.k_from is None:
         update["k_from"] = "scheduled" if name == "vllm" else "active"
     # Re-validate only what was set, so unset fields keep meaning "the engine's default".
