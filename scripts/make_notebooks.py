@@ -969,8 +969,8 @@ NB04 = [
     3. The CPU calibration wrote a measured profile whose fit predicts held-out points within 15 %,
        which loads as a `profile` cost model. A CPU has no idle compute behind its memory reads, so
        the tiny model's gamma is far above the H200 roofline's at small batches (over ten times at
-       every B measured up to 16); it also grows with B, and the simulated speedup at 32 clients is
-       below that at 1 client.
+       every B measured up to 16). How it moves with B, and the simulated speedups printed below,
+       depend on a 15 s measurement on a shared CPU, so they are shown, not claimed.
     """),
     code("""
     # Conclusion: numbers from this run, and the claims above checked against them.
@@ -992,8 +992,6 @@ NB04 = [
     assert cal.profile.provenance.kind == "measured" and cal.heldout_median_abs_error < 0.15
     assert g_cpu["T(B,1) ms"].iloc[-1] > g_cpu["T(B,1) ms"].iloc[0]
     assert all(g_cpu.loc[b, "K=4"] > 10 * h200.gamma(b, 4, 512) for b in CPU_B if b <= 16)
-    assert g_cpu["K=4"].iloc[-1] > g_cpu["K=4"].iloc[0]
-    assert cpu_speedup[32] < cpu_speedup[1]
     shutil.rmtree(workdir, ignore_errors=True)  # the calibration's temporary folder
     """),
 ]
