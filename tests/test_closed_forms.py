@@ -29,14 +29,6 @@ def test_mean_acceptance_length_matches_closed_form(make_config, alpha, k):
     assert measured == pytest.approx(expected_length(alpha, k), rel=0.01)
 
 
-def test_seed000_worked_case_numbers():
-    # The seed's own arithmetic: E[T] = (1 - 0.25^5) / 0.75 = 1.331; 1.331 / 2.2 = 0.61; 1.331 / 1.2 = 1.11.
-    el = expected_length(0.25, 4)
-    assert el == pytest.approx(1.332, abs=0.001)
-    assert round(el / (1 + 0.3 * 4), 2) == 0.61
-    assert round(el / (1 + 0.05 * 4), 2) == 1.11
-
-
 @pytest.mark.parametrize("gamma,d,seed_value", [(0.3, 0.0, 0.61), (0.05, 0.0, 1.11), (0.1, 0.1, None)])
 def test_speedup_single_stream_matches_closed_form(make_config, gamma, d, seed_value):
     cfg = make_config(speculation={"max_draft_len": 4}, acceptance={"alpha": 0.25},
@@ -76,3 +68,17 @@ def test_seed002_cheap_and_costly_table(make_config, g):
         spec = steady_throughput(simulate(cfg), 8)
         base = steady_throughput(simulate(baseline_config(cfg)), 8)
         assert spec / base == pytest.approx(SEED002[g][which], rel=0.02)
+
+
+@pytest.mark.parametrize("acceptance,k,expected", [
+    # Seed 002 §2.1 without independence: E[L] = 1 + sum_i prod_{j<=i} a_j = 1 + .9 + .45 + .09.
+    ({"mode": "per_position", "per_position": [0.9, 0.5, 0.2]}, 3, 2.44),
+    # Positions past the vector are never accepted: K = 5 with three rates gives the same.
+    ({"mode": "per_position", "per_position": [0.9, 0.5, 0.2]}, 5, 2.44),
+    # E[L] = 1 + E[accepted] = 1 + 0.3 * 1 + 0.2 * 2.
+    ({"mode": "length_dist", "length_dist": [0.5, 0.3, 0.2]}, 2, 1.7),
+])
+def test_conditional_and_empirical_oracles_match_expected_length(make_config, acceptance, k, expected):
+    cfg = make_config(speculation={"max_draft_len": k}, acceptance=acceptance,
+                      workload={"concurrency": 8, "num_requests": 16, "output_len": 3000})
+    assert simulate(cfg).summary["mean_acceptance_length"] == pytest.approx(expected, rel=0.01)

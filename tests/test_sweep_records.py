@@ -14,7 +14,8 @@ import yaml
 
 from specplan.config import build_config
 from specplan.atomic import atomic_write
-from specplan.sweeps.records import RecordStore, config_json, config_key, plain, record_bytes
+from specplan.simulator.metrics import plain
+from specplan.sweeps.records import RecordStore, config_json, config_key, record_bytes
 from specplan.sweeps.runners import LocalRunner, Runner, execute, run_record
 from specplan.sweeps.spec import parse_sweep
 from specplan.sweeps.sweep import RECORDS_DIR, TABLE_FILE, run_sweep

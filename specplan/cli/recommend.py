@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         """Find per batch-size band the K that maximises goodput under the SLOs; write TensorRT-LLM and vLLM configs."""
         from specplan.config import load_config
         from specplan.sweeps import export
-        from specplan.atomic import atomic_write
+        from specplan.atomic import atomic_write_text
         from specplan.sweeps.records import RecordStore
         from specplan.sweeps.recommend import recommend as search
         from specplan.sweeps.runners import make_runner
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
             "scenarios": rec.scenarios,
         }
         text = json.dumps(summary, indent=2) + "\n"
-        atomic_write(out / SUMMARY_FILE, lambda tmp: Path(tmp).write_text(text))
+        atomic_write_text(out / SUMMARY_FILE, text)
         if not rec.speculates:
             console.print(f"Wrote {out / SUMMARY_FILE}; no engine configs, since speculation does not pay here.")
             return

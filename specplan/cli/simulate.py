@@ -108,7 +108,9 @@ def register(app: typer.Typer) -> None:
             if base is not None:
                 base.save(out / "baseline")
         if fmt == "json":
-            print(json.dumps(summary, default=float))
+            from specplan.simulator.metrics import plain
+
+            print(json.dumps(plain(summary)))
             return
         console.print(_table(summary, summary.get("baseline")))
         if base is not None:

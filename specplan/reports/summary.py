@@ -28,7 +28,7 @@ from specplan.errors import SpecplanError
 from specplan.reports import plots
 from specplan.reports.analysis import (acceptance_length_distribution, label_rows, md_table, pareto_front,
                                        seed_means, short_names)
-from specplan.atomic import atomic_write
+from specplan.atomic import atomic_write_text
 from specplan.sweeps.sweep import open_sweep
 
 REPORT_FILE = "report.md"
@@ -140,5 +140,5 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
 
     path = out / REPORT_FILE
     text = "\n".join(md)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    atomic_write_text(path, text)
     return path

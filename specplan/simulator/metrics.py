@@ -12,7 +12,8 @@ Definitions (as vLLM's metrics and seed 002 use them):
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,23 @@ import pandas as pd
 from specplan.simulator.engine import ITERATION_FIELDS, Executor
 
 PERCENTILES = (50, 90, 99)
+
+
+def plain(value: Any) -> Any:
+    """``value`` as strict JSON types: numpy scalars unwrapped, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 def request_table(ex: Executor, requests: Optional[list] = None) -> pd.DataFrame:

@@ -87,6 +87,7 @@ class SurvivalOracle(AcceptanceOracle):
 
     With one uniform u per step, ``accepted = #{i <= drafted : u < S_i}``; since S is
     non-increasing this is the inverse-CDF draw of the accepted-prefix length, capped at drafted.
+    Positions past the end of the curve are never accepted.
     """
 
     def __init__(self, survival: np.ndarray, prompt_lens, output_lens, seed: int) -> None:
@@ -97,22 +98,12 @@ class SurvivalOracle(AcceptanceOracle):
         self.survival = survival
         self._uniforms = _PerRequestUniforms(seed, self.output_lens)
 
-    def _survival_upto(self, k: int) -> np.ndarray:
-        if k <= len(self.survival):
-            return self.survival[:k]
-        # Past the given positions the last conditional rate carries on geometrically.
-        last = self.survival[-1]
-        ratio = self.survival[-1] / self.survival[-2] if len(self.survival) > 1 and self.survival[-2] > 0 else last
-        extra = last * ratio ** np.arange(1, k - len(self.survival) + 1)
-        return np.concatenate([self.survival, extra])
-
     def draft(self, rids, committed, k):
         drafted = self.remaining_draft_budget(rids, committed, k)
         if k <= 0 or len(rids) == 0:
             return drafted, np.zeros_like(drafted)
         u = self._uniforms.next(rids)
-        s = self._survival_upto(k)
-        hits = (u[:, None] < s[None, :]).sum(axis=1)
+        hits = (u[:, None] < self.survival[None, :k]).sum(axis=1)
         return drafted, np.minimum(hits, drafted)
 
 
@@ -127,7 +118,7 @@ def per_position_oracle(conditional: Sequence[float], prompt_lens, output_lens, 
     Positions past the vector are never accepted (the vector defines K_max).
     """
     cond = np.asarray(conditional, dtype=float)
-    return SurvivalOracle(np.concatenate([np.cumprod(cond), [0.0]]), prompt_lens, output_lens, seed)
+    return SurvivalOracle(np.cumprod(cond), prompt_lens, output_lens, seed)
 
 
 def length_dist_oracle(probs: Sequence[float], prompt_lens, output_lens, seed: int) -> SurvivalOracle:
@@ -139,4 +130,4 @@ def length_dist_oracle(probs: Sequence[float], prompt_lens, output_lens, seed: i
     p = np.asarray(probs, dtype=float)
     p = p / p.sum()
     survival = 1.0 - np.cumsum(p)[:-1]  # S_i = P(A >= i) for i = 1..K_max
-    return SurvivalOracle(np.concatenate([np.clip(survival, 0.0, 1.0), [0.0]]), prompt_lens, output_lens, seed)
+    return SurvivalOracle(np.clip(survival, 0.0, 1.0), prompt_lens, output_lens, seed)

@@ -48,17 +48,9 @@ class SimResult:
                 atomic_write(out / f"{name}.{fmt}", lambda p, df=df, fmt=fmt: df.to_parquet(p, index=False)
                         if fmt == "parquet" else df.to_csv(p, index=False))
         atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(
-            {"description": self.description, **self.summary}, indent=2, default=_json_default)))
+            metrics.plain({"description": self.description, **self.summary}), indent=2)))
         atomic_write(out / "config.yaml", lambda p: Path(p).write_text(dump_config(self.config)))
         return out
-
-
-def _json_default(obj):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def dump_config(cfg: SimConfig) -> str:

@@ -22,12 +22,12 @@ from typing import Any, Optional
 import yaml
 from pydantic import ValidationError
 
-from specplan.config import SpeculationConfig, read_yaml
+from specplan.config import SpeculationConfig, format_validation_error, read_yaml
 from specplan.simulator.control import check_batch_size_ranges
 from specplan.errors import ConfigError
 from specplan.simulator.drafters.settings import DrafterSettings
 from specplan.simulator.presets import schedule_to_ranges
-from specplan.atomic import atomic_write
+from specplan.atomic import atomic_write_text
 
 _TRT_COMMON = ("decoding_type", "max_draft_len", "draft_len_schedule", "max_concurrency",
                "acceptance_rate_window_size", "acceptance_rate_threshold")
@@ -52,6 +52,22 @@ def _is_num(v: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- validators
+def _check_shape(cfg: Any, source: str, kind_key: str, fields: dict, count_key: str, what: str) -> None:
+    """What both engines' validators share: a mapping, a known kind, only that kind's fields, and a
+    draft count that is an integer >= 1."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: expected a mapping")
+    kind = cfg.get(kind_key)
+    if kind not in fields:
+        raise ConfigError(f"{source}.{kind_key}: {kind!r} is not a {what} ({' or '.join(fields)})")
+    for name in cfg:
+        if name not in fields[kind]:
+            raise ConfigError(f"{source}.{name}: unknown field for {kind_key} {kind}")
+    count = cfg.get(count_key)
+    if not _is_int(count) or count < 1:
+        raise ConfigError(f"{source}.{count_key}: must be an integer >= 1, got {count!r}")
+
+
 def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
     """TensorRT-LLM's rules for a model-free ``speculative_config`` (raises ``ConfigError``).
 
@@ -60,18 +76,7 @@ def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_conf
     ``max_draft_len``, exclusive with ``max_concurrency``; the gate's two fields together, the window
     >= 0 and the threshold in [0, 1]; NGram n-gram size >= 1, SA's -1 or 1..64.
     """
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{source}: expected a mapping")
-    kind = cfg.get("decoding_type")
-    if kind not in TRTLLM_FIELDS:
-        raise ConfigError(f"{source}.decoding_type: {kind!r} is not a model-free TensorRT-LLM drafter "
-                          f"({' or '.join(TRTLLM_FIELDS)})")
-    for name in cfg:
-        if name not in TRTLLM_FIELDS[kind]:
-            raise ConfigError(f"{source}.{name}: unknown field for decoding_type {kind}")
-    k = cfg.get("max_draft_len")
-    if not _is_int(k) or k < 1:
-        raise ConfigError(f"{source}.max_draft_len: must be an integer >= 1, got {k!r}")
+    _check_shape(cfg, source, "decoding_type", TRTLLM_FIELDS, "max_draft_len", "model-free TensorRT-LLM drafter")
     sched = cfg.get("draft_len_schedule")
     if sched is not None:
         if not isinstance(sched, dict) or not all(_is_int(b) and _is_int(v) for b, v in sched.items()):
@@ -79,9 +84,7 @@ def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_conf
     try:
         SpeculationConfig.model_validate(cfg)  # the schedule, gate and drafter rules (specplan.simulator.control)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {err['msg'].removeprefix('Value error, ')}") from None
+        raise ConfigError(format_validation_error(exc, source)) from None
 
 
 def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
@@ -92,17 +95,8 @@ def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config
     ``1 <= start <= end`` and ``0 <= K <= num_speculative_tokens``, the first starting at 1, sorted
     and not overlapping; ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
     """
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{source}: expected a JSON object")
-    method = cfg.get("method")
-    if method not in VLLM_FIELDS:
-        raise ConfigError(f"{source}.method: {method!r} is not a model-free vLLM method ({' or '.join(VLLM_FIELDS)})")
-    for name in cfg:
-        if name not in VLLM_FIELDS[method]:
-            raise ConfigError(f"{source}.{name}: unknown field for method {method}")
-    n = cfg.get("num_speculative_tokens")
-    if not _is_int(n) or n < 1:
-        raise ConfigError(f"{source}.num_speculative_tokens: must be an integer >= 1, got {n!r}")
+    _check_shape(cfg, source, "method", VLLM_FIELDS, "num_speculative_tokens", "model-free vLLM method")
+    n = cfg["num_speculative_tokens"]
     ranges = cfg.get("num_speculative_tokens_per_batch_size")
     if ranges is not None:
         try:
@@ -210,7 +204,7 @@ def write_trtllm_yaml(cfg: dict, path: str | Path, comment: Optional[str] = None
     validate_trtllm_speculative_config(cfg)
     text = (f"# {comment}\n" if comment else "") + yaml.safe_dump({"speculative_config": cfg}, sort_keys=False)
     path = Path(path)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    atomic_write_text(path, text)
     return path
 
 
@@ -218,7 +212,7 @@ def write_vllm_json(cfg: dict, path: str | Path) -> Path:
     """Write the ``--speculative-config`` JSON object (validated first), atomically."""
     validate_vllm_speculative_config(cfg)
     path = Path(path)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(cfg, indent=2) + "\n"))
+    atomic_write_text(path, json.dumps(cfg, indent=2) + "\n")
     return path
 
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from specplan.config import AcceptanceConfig, SimConfig, SpeculationConfig, build_config
+from pydantic import ValidationError
+
+from specplan.config import AcceptanceConfig, SimConfig, SpeculationConfig, build_config, format_validation_error
 from specplan.errors import ConfigError
 from specplan.simulator.run import resolve
 from specplan.sweeps.records import RecordStore, config_key
@@ -154,7 +156,10 @@ def speculation(base: SpeculationConfig, cap: int, schedule: Optional[dict[int, 
     data = base.model_dump()
     data.update({f: None for f in CONTROL_FIELDS})
     data.update(max_draft_len=cap, draft_len_schedule=schedule)
-    return SpeculationConfig.model_validate(data)
+    try:
+        return SpeculationConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "recommend: speculation")) from None
 
 
 def probe_config(cfg: SimConfig, base: SpeculationConfig, batch: int, cap: int, k: int, per_client: int) -> SimConfig:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 
 from specplan.atomic import TMP_SUFFIX, atomic_write
 from specplan.config import SimConfig
 from specplan.errors import SpecplanError
+from specplan.simulator.metrics import plain
 
 # Part of every key: bump it when the record layout or the simulator's results change meaning.
 RECORD_FORMAT = 1
@@ -40,23 +38,6 @@ def config_key(cfg: SimConfig) -> str:
     canonical = json.dumps({"format": RECORD_FORMAT, "config": config_json(cfg)}, sort_keys=True,
                            separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:24]
-
-
-def plain(value: Any) -> Any:
-    """``value`` as strict JSON types: numpy scalars unwrapped, NaN and infinities as None."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [plain(v) for v in value.tolist()]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
 
 
 def make_record(cfg: SimConfig, summary: dict, description: dict) -> dict:

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from specplan.errors import SpecplanError
-from specplan.atomic import atomic_write
+from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore
 from specplan.sweeps.runners import Runner, execute, make_runner
 from specplan.sweeps.spec import Point, SweepSpec, expand, read_sweep
@@ -48,7 +48,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, runner: Optional[Runner] = N
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(spec.to_dict(), sort_keys=False)
-    atomic_write(out / SPEC_FILE, lambda tmp: Path(tmp).write_text(text))
+    atomic_write_text(out / SPEC_FILE, text)
     store = RecordStore(out / RECORDS_DIR)
     own = runner is None
     runner = runner or make_runner()

@@ -16,6 +16,7 @@ import pandas as pd
 
 from specplan.config import SimConfig
 from specplan.atomic import atomic_write_text
+from specplan.simulator.metrics import plain
 from specplan.workloads.records import atomic_writer
 
 CSV_COLUMNS = (
@@ -165,13 +166,7 @@ def write_outputs(out: Path, results: list[ScenarioResult], meta: dict) -> None:
     csv = pd.concat([r.table.assign(scenario=r.label) for r in results], ignore_index=True)
     atomic_write_text(out / "iterations.csv", csv[list(CSV_COLUMNS)].to_csv(index=False))
     summary = {**meta, "scenarios": {r.label: r.summary() for r in results}}
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=_plain) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2) + "\n")
     atomic_write_text(out / "report.md", _markdown(results, meta))
     _plot(results, out / "predicted_vs_measured.png")
 
-
-def _plain(obj):
-    """numpy scalars to Python numbers for JSON."""
-    if hasattr(obj, "item"):
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
