@@ -111,11 +111,6 @@ class NGramPoolManagerRef:
             0, prefix_len - (self.max_total_draft_tokens + self.max_matching_ngram_size - 1))
         return draft_tokens
 
-    def num_pairs(self, request_id=None):
-        pool = self.pool if self.is_public_pool else self.pool[request_id]
-        return sum(len(v) for v in pool.values())
-
-
 # --------------------------------------------------------------------------------------------------
 # Plain scans of the match definitions (SA, vLLM, HF prompt lookup).
 
@@ -290,10 +285,6 @@ class SAGlobalPoolRef:
                 del self.slot_of[next(r for r, s in self.slot_of.items() if s == slot)]
             self.slot_of[rid] = slot
         self.texts[self.slot_of[rid]] = list(history)
-
-    def draft(self, rid, history, k):
-        self.commit(rid, history)
-        return sa_global_draft(self.texts, self.slot_of[rid], k, self.max_ngram)
 
     def finish(self, rid, history):
         self.commit(rid, history)

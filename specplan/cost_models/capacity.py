@@ -23,14 +23,15 @@ def kv_bytes_per_token(model: ModelSpec, tp: int, bytes_per_elem: float = 2.0) -
 
 
 def kv_cache_blocks(gpu: str, model_name: str, tp: int, block_size: int, kv_budget_gb: Optional[float] = None,
-                    memory_fraction: float = 0.9) -> int:
+                    memory_fraction: float = 0.9, bytes_per_elem: float = 2.0) -> int:
     """Blocks of ``block_size`` tokens that fit: ``kv_budget_gb`` when given, else the GPU memory
-    fraction the engine may use (TensorRT-LLM's and vLLM's default is 0.9) minus the weights."""
+    fraction the engine may use (TensorRT-LLM's and vLLM's default is 0.9) minus the weights; FP8
+    weights and KV cache take 1 byte per element, BF16 2."""
     model = get_model(model_name)
     if kv_budget_gb is None:
-        budget = memory_fraction * get_gpu(gpu).memory_bytes - weight_bytes(model, tp)
+        budget = memory_fraction * get_gpu(gpu).memory_bytes - weight_bytes(model, tp, bytes_per_elem)
         if budget <= 0:
             raise ConfigError(f"cost.model_name: {model_name} at tp {tp} does not fit in {gpu} memory")
     else:
         budget = kv_budget_gb * 1e9
-    return int(budget // (kv_bytes_per_token(model, tp) * block_size))
+    return int(budget // (kv_bytes_per_token(model, tp, bytes_per_elem) * block_size))

@@ -57,6 +57,8 @@ def plot_view(view: dict, title: str, out: str | Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(textwrap.fill(title, 140), fontsize=9)
     fig.tight_layout()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    from specplan.atomic import atomic_write
+
+    # The temporary name ends in .tmp, so the image format is named explicitly.
+    atomic_write(out, lambda tmp: fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or "png", dpi=120))
     plt.close(fig)

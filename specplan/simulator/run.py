@@ -164,7 +164,8 @@ def kv_num_blocks(cfg: SimConfig) -> int:
     e, c = cfg.engine, cfg.cost
     if e.kv_num_blocks is not None:
         return e.kv_num_blocks
-    return kv_cache_blocks(c.gpu, c.model_name, c.tp, e.kv_block_size, e.kv_budget_gb)
+    return kv_cache_blocks(c.gpu, c.model_name, c.tp, e.kv_block_size, e.kv_budget_gb,
+                           bytes_per_elem=1.0 if c.dtype == "fp8" else 2.0)
 
 
 def resolve(cfg: SimConfig) -> SimConfig:

@@ -15,9 +15,8 @@ from typing import Optional
 import pandas as pd
 
 from specplan.config import SimConfig
-from specplan.atomic import atomic_write_text
+from specplan.atomic import atomic_write, atomic_write_text
 from specplan.simulator.metrics import plain
-from specplan.workloads.records import atomic_writer
 
 CSV_COLUMNS = (
     "scenario", "iteration", "kind", "batch_rows", "prefill_rows", "drafting_rows", "k", "num_tokens", "padded_tokens",
@@ -155,8 +154,7 @@ def _plot(results: list[ScenarioResult], path: Path) -> None:
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_writer(path, binary=True) as fh:
-        fig.savefig(fh, format="png", dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
 
 

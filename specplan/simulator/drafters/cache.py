@@ -40,10 +40,6 @@ class PrecomputeCache:
         self.hits = 0
         self.misses = 0
 
-    def clear(self) -> None:
-        """Forget the in-memory tables (files on disk stay)."""
-        self._mem.clear()
-
     def tables(self, tag: str, requests: Sequence, compute: Callable[[object], Table]) -> list[Table]:
         """The table of every request, computing (and storing) only those not cached yet."""
         keys = [request_key(tag, r) for r in requests]

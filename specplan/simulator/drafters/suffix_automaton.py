@@ -29,7 +29,7 @@ from numba import njit
 from specplan.errors import SpecplanError
 from specplan.simulator.drafters._hashtable import ht_get, ht_put, table_capacity
 from specplan.simulator.drafters.settings import SA_GLOBAL_MATCH_CAP, DrafterSettings
-from specplan.simulator.drafters.base import DrafterOracle
+from specplan.simulator.drafters.base import DrafterOracle, lcp
 from specplan.simulator.drafters.table import TableOracle, match_table
 
 # Rows of the state array and of the edge array.
@@ -345,9 +345,12 @@ class SAGlobalPoolOracle(TableOracle):
 
     def draft_with_match(self, rids, committed, k):
         """``draft`` plus the match length per row (what the SA enhancer compares to its threshold)."""
-        drafted, accepted = self.draft(rids, committed, k)
-        match = np.array([self._lookup(r, c, k)[1] for r, c in zip(np.asarray(rids).tolist(),
-                                                                    np.asarray(committed).tolist())], dtype=np.int64)
+        n = len(rids)
+        drafted, accepted, match = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        for i, (rid, c) in enumerate(zip(np.asarray(rids).tolist(), np.asarray(committed).tolist())):
+            toks, match[i] = self._lookup(rid, c, k)  # one search of the pool per row
+            drafted[i] = len(toks)
+            accepted[i] = lcp(toks, self._tokens[rid][self.prompt_lens[rid] + c:])
         return drafted, accepted, match
 
     def _lookup(self, rid: int, committed: int, k: int) -> tuple[np.ndarray, int]:
