@@ -2,8 +2,9 @@
 
 Each notebook is executed with nbclient on the ``python3`` kernel from its own folder; any cell error
 fails the test (a notebook's last cell asserts the claims of its conclusion, so a conclusion that
-stopped being true fails too). The committed files carry no outputs or execution counts
-(``scripts/make_notebooks.py`` writes them that way).
+stopped being true fails too). The ``.ipynb`` files are the source people edit; they are committed
+with outputs and execution counts stripped (``jupyter nbconvert --clear-output --inplace`` or the
+notebook's own "Clear all outputs" before committing).
 """
 
 from __future__ import annotations
