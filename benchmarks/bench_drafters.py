@@ -16,11 +16,11 @@ import argparse
 import time
 from pathlib import Path
 
-from specplan.simulator.drafters import replay_trace
-from specplan.simulator.drafters.ngram_pool import ngram_trajectory
-from specplan.simulator.drafters.settings import DrafterSettings
-from specplan.simulator.drafters.suffix_automaton import sa_tables
-from specplan.simulator.drafters.vllm_ngram import vllm_ngram_tables
+from specplan.acceptance.drafters import replay_trace
+from specplan.acceptance.drafters.ngram_pool import ngram_trajectory
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.suffix_automaton import sa_tables
+from specplan.acceptance.drafters.vllm_ngram import vllm_ngram_tables
 from specplan.workloads.tokentrace import read_token_trace
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "drafters" / "specbench_vanilla.jsonl"

@@ -2,7 +2,7 @@
 
 Nothing here is fast or clever; each function is the engine's own algorithm on Python lists (the
 NGram pool and the PLD variants are line-by-line ports) or an O(L^2) scan of the definition, so
-that the fast kernels in ``specplan.simulator.drafters`` can be checked step by step against them.
+that the fast kernels in ``specplan.acceptance.drafters`` can be checked step by step against them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from specplan.simulator.drafters import DrafterSettings, replay_trace
+from specplan.acceptance.drafters import DrafterSettings, replay_trace
 from specplan.workloads import load_workload
 
 CHAT = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from specplan.config import SpeculationConfig
 from specplan.errors import ConfigError, SpecplanError
-from specplan.simulator.drafters import (DrafterSettings, PrecomputeCache, build_drafter, make_drafter_oracle,
+from specplan.acceptance.drafters import (DrafterSettings, PrecomputeCache, build_drafter, make_drafter_oracle,
                                          replay_trace, summarize_replay)
 from specplan.workloads.request import Request
 from specplan.workloads.tokentrace import read_token_trace

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from specplan.simulator.drafters import DrafterSettings, build_drafter
+from specplan.acceptance.drafters import DrafterSettings, build_drafter
 from specplan.workloads.request import Request
 from specplan.workloads.tokentrace import read_token_trace
 

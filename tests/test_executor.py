@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specplan.cost_models.base import CostModel
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
-from specplan.simulator.oracles import alpha_oracle
+from specplan.acceptance.oracles import alpha_oracle
 from specplan.simulator.run import baseline_config, simulate
 
 
@@ -143,7 +143,7 @@ def test_prefill_draft_of_hf_prompt_lookup(make_config):
     # prompt gets more than one token from its prefill step. Prompt "1 2 3 4 5 6 1 2", answer
     # "3 4 5 6 9": the 2-gram "1 2" matches at the start and drafts "3 4 5 6 1 2" (not clipped to the
     # budget); the truth continues "3 4 5 6", so 4 are accepted and the prefill commits 4 + 1 = 5.
-    from specplan.simulator.drafters import make_drafter_oracle
+    from specplan.acceptance.drafters import make_drafter_oracle
     from specplan.workloads.request import Request
 
     req = Request(id="r", prompt_ids=[1, 2, 3, 4, 5, 6, 1, 2], output_ids=[3, 4, 5, 6, 9, 7])

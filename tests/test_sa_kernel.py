@@ -89,7 +89,7 @@ def test_extend_and_draft_matches_reference(case):
     for slot in slots:
         _assert_same_automaton(pool, slot, texts[slot])
     # Second opinion: the simulator's CPU SA drafter, over every history length at once.
-    from specplan.simulator.drafters.suffix_automaton import scan_longest
+    from specplan.acceptance.drafters.suffix_automaton import scan_longest
 
     for slot, hist, got_len, got_draft in seen:
         full = np.asarray(texts[slot], dtype=np.int32)
@@ -122,7 +122,7 @@ def _replay_trace(max_ngram: int, max_steps: int | None = None):
     length; requests leave the batch as they finish. Every step is checked against both the brute-force
     reference and the simulator's CPU SA drafter (``scan_longest``; its length cap equals TRT's n-gram
     countdown, since every shorter suffix of an earlier-occurring suffix occurs earlier too)."""
-    from specplan.simulator.drafters.suffix_automaton import scan_longest
+    from specplan.acceptance.drafters.suffix_automaton import scan_longest
 
     records = [json.loads(line) for line in TRACE.read_text().splitlines()]
     k = max(max(r["accept_lengths"]) for r in records) - 1

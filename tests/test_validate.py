@@ -195,7 +195,7 @@ def test_sa_kernel_drafter_drafts_what_the_simulator_drafts():
     pytest.importorskip("triton")
     from specplan.calibration import replay as rp
     from specplan.config import SpeculationConfig
-    from specplan.simulator.drafters import make_drafter_oracle
+    from specplan.acceptance.drafters import make_drafter_oracle
     from specplan.workloads.synthetic import CopyProcess, LengthModel, synthetic_requests
 
     class EagerSADrafter(rp.SAKernelDrafter):

@@ -12,7 +12,7 @@ import pytest
 from specplan.errors import TraceError
 from specplan.workloads.bundled import bundled_traces
 from specplan.workloads.loaders import load_workload
-from specplan.workloads.recorded import RecordedPositionOracle, RecordedStepOracle, recorded_oracle
+from specplan.acceptance.recorded import RecordedPositionOracle, RecordedStepOracle, recorded_oracle
 from specplan.workloads.request import Request
 
 

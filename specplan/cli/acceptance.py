@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep precomputed tables here (.npz)."),
     ) -> None:
         """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
-        from specplan.simulator.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
+        from specplan.acceptance.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
         from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):

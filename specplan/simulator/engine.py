@@ -33,7 +33,7 @@ from specplan.simulator.control import (
     vllm_schedule_table,
 )
 from specplan.simulator.kv import KVBlockPool
-from specplan.simulator.oracles import AcceptanceOracle
+from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.simulator.scheduler import fit_token_budget
 
 

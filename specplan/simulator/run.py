@@ -18,7 +18,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.presets import resolve_speculation
-from specplan.simulator.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
+from specplan.acceptance.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
 
 # Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
 # (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
@@ -116,8 +116,8 @@ def build_oracle(cfg: SimConfig, workload: Workload, requests: list, drafter_cac
     """The acceptance oracle: the exact drafter, a parametric or recorded one, or the SA enhancer."""
     sp = cfg.speculation
     if sp.sa_config is not None:
-        from specplan.simulator.drafters import make_drafter_oracle
-        from specplan.simulator.enhancer import SAEnhancedOracle
+        from specplan.acceptance.drafters import make_drafter_oracle
+        from specplan.acceptance.enhancer import SAEnhancedOracle
 
         sa_spec = SpeculationConfig(decoding_type="SA", max_draft_len=sp.max_draft_len,
                                     enable_global_pool=sp.sa_config.enable_global_pool)
@@ -139,12 +139,12 @@ def build_oracle(cfg: SimConfig, workload: Workload, requests: list, drafter_cac
             raise ConfigError("acceptance.length_dist: give P(accepted = 0), P(accepted = 1), ...")
         return length_dist_oracle(a.length_dist, *args, seed=seed)
     if a.mode == "recorded":
-        from specplan.workloads.recorded import recorded_oracle
+        from specplan.acceptance.recorded import recorded_oracle
 
         if not a.recorded_path:
             raise ConfigError("acceptance.recorded_path: name a recorded acceptance log (e.g. specbench-eagle) or a file")
         return recorded_oracle(a.recorded_path, requests)
-    from specplan.simulator.drafters import make_drafter_oracle
+    from specplan.acceptance.drafters import make_drafter_oracle
 
     if cfg.speculation.decoding_type == "none":
         return alpha_oracle(0.0, *args, seed=seed)  # never asked: speculation is off

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from specplan.config import SpeculationConfig, format_validation_error, read_yaml
 from specplan.simulator.control import check_batch_size_ranges
 from specplan.errors import ConfigError
-from specplan.simulator.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.settings import DrafterSettings
 from specplan.simulator.presets import schedule_to_ranges
 from specplan.atomic import atomic_write_text
 

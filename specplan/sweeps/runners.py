@@ -73,7 +73,7 @@ def _drafter_key(cfg: SimConfig) -> str:
     sp = cfg.speculation
     if cfg.acceptance.mode != "drafter" or sp.decoding_type in ("none", "MTP", "Eagle3"):
         return ""
-    from specplan.simulator.drafters import DrafterSettings
+    from specplan.acceptance.drafters import DrafterSettings
 
     settings = DrafterSettings.from_spec(sp, cfg.engine.max_batch_size)
     return _canonical({"requests": _requests_key(cfg), "speculation": sp.model_dump(mode="json", exclude_unset=True),
@@ -86,7 +86,7 @@ def _build_drafter_cache(key: str):
     if not key:
         return None
     from specplan.config import SpeculationConfig
-    from specplan.simulator.drafters import PrecomputeCache, make_drafter_oracle
+    from specplan.acceptance.drafters import PrecomputeCache, make_drafter_oracle
 
     spec = json.loads(key)
     cache = PrecomputeCache()

@@ -81,7 +81,7 @@ def _prepare(scenario: str, device: str, profile_ref: str, model: ModelSpec) -> 
     requests = build_requests(cfg.workload, cfg.seed)
     oracle = None
     if sp.decoding_type != "none":
-        from specplan.simulator.drafters import make_drafter_oracle
+        from specplan.acceptance.drafters import make_drafter_oracle
 
         oracle = make_drafter_oracle(sp, requests, cfg.engine.max_batch_size)
     with warnings.catch_warnings(record=True) as caught:

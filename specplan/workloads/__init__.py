@@ -3,7 +3,6 @@
 - :func:`load_workload`: a bundled trace by name (``specplan workloads list``) or a trace file.
 - :func:`build_requests`: the requests of one run from a ``WorkloadConfig`` (sampling, sessions,
   arrival times).
-- ``specplan.workloads.recorded``: recorded-acceptance oracles (acceptance mode ``recorded``).
 """
 
 from specplan.workloads.loaders import load_workload

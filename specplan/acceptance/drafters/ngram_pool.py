@@ -29,10 +29,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from specplan.simulator.drafters._hashtable import ht_get, ht_put, grown_table, table_capacity
-from specplan.simulator.drafters.base import DrafterOracle
-from specplan.simulator.drafters.cache import DEFAULT_CACHE
-from specplan.simulator.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters._hashtable import ht_get, ht_put, grown_table, table_capacity
+from specplan.acceptance.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.cache import DEFAULT_CACHE
+from specplan.acceptance.drafters.settings import DrafterSettings
 
 # Rows of the entry array: match id, match length, where its tokens start in the token buffer, next entry.
 E_MID, E_LEN, E_SRC, E_NEXT = 0, 1, 2, 3

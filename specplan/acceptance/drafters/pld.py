@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from specplan.simulator.drafters.settings import DrafterSettings
-from specplan.simulator.drafters.suffix_automaton import (FPOS, LEN, LINK, sam_extend, sam_new, sam_root,
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.suffix_automaton import (FPOS, LEN, LINK, sam_extend, sam_new, sam_root,
                                                           scan_longest, state_with_length)
-from specplan.simulator.drafters.table import TableOracle, match_table
+from specplan.acceptance.drafters.table import TableOracle, match_table
 
 
 @njit(cache=True)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from specplan.simulator.drafters.base import DrafterOracle
-from specplan.simulator.drafters.cache import PrecomputeCache
-from specplan.simulator.drafters.ngram_pool import NGramPoolOracle
-from specplan.simulator.drafters.pld import PLDOracle
-from specplan.simulator.drafters.settings import DrafterSettings
-from specplan.simulator.drafters.suffix_automaton import SAGlobalPoolOracle, SAOracle
-from specplan.simulator.drafters.suffix_tree import SuffixDecodingOracle
-from specplan.simulator.drafters.vllm_ngram import VllmNgramOracle
+from specplan.acceptance.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.cache import PrecomputeCache
+from specplan.acceptance.drafters.ngram_pool import NGramPoolOracle
+from specplan.acceptance.drafters.pld import PLDOracle
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.suffix_automaton import SAGlobalPoolOracle, SAOracle
+from specplan.acceptance.drafters.suffix_tree import SuffixDecodingOracle
+from specplan.acceptance.drafters.vllm_ngram import VllmNgramOracle
 
 
 def build_drafter(settings: DrafterSettings, requests: Sequence, max_batch_size: int = 64,

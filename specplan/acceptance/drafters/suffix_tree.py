@@ -28,9 +28,9 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
-from specplan.simulator.drafters._hashtable import grown_table, ht_get, ht_put, table_capacity
-from specplan.simulator.drafters.base import DrafterOracle
-from specplan.simulator.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters._hashtable import grown_table, ht_get, ht_put, table_capacity
+from specplan.acceptance.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.settings import DrafterSettings
 
 COUNT, TOKEN, CHILD, SIBLING = 0, 1, 2, 3
 

@@ -10,10 +10,10 @@
 replay a trace one request at a time at fixed K (``specplan acceptance``).
 """
 
-from specplan.simulator.drafters.cache import PrecomputeCache
-from specplan.simulator.drafters.oracle import build_drafter, make_drafter_oracle
-from specplan.simulator.drafters.replay import replay_trace, summarize_replay
-from specplan.simulator.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.cache import PrecomputeCache
+from specplan.acceptance.drafters.oracle import build_drafter, make_drafter_oracle
+from specplan.acceptance.drafters.replay import replay_trace, summarize_replay
+from specplan.acceptance.drafters.settings import DrafterSettings
 
 __all__ = ["DrafterSettings", "PrecomputeCache", "build_drafter", "make_drafter_oracle", "replay_trace",
            "summarize_replay"]

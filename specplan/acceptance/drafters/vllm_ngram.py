@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specplan.simulator.drafters.settings import DrafterSettings
-from specplan.simulator.drafters.suffix_automaton import scan_longest
-from specplan.simulator.drafters.table import TableOracle, match_table
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.suffix_automaton import scan_longest
+from specplan.acceptance.drafters.table import TableOracle, match_table
 
 
 def vllm_ngram_tables(req, settings: DrafterSettings):

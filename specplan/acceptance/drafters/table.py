@@ -20,8 +20,8 @@ from typing import Callable, Optional
 import numpy as np
 from numba import njit
 
-from specplan.simulator.drafters.cache import DEFAULT_CACHE, PrecomputeCache, Table
-from specplan.simulator.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.cache import DEFAULT_CACHE, PrecomputeCache, Table
+from specplan.acceptance.drafters.base import DrafterOracle
 
 FIELDS = ("ell", "src", "avail", "run")
 

@@ -6,7 +6,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from specplan.simulator.oracles import AcceptanceOracle
+from specplan.acceptance.oracles import AcceptanceOracle
 
 
 def lcp(a: np.ndarray, b: np.ndarray) -> int:

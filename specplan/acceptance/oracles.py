@@ -4,7 +4,7 @@ The simulator asks an oracle once per iteration for all scheduled generation row
 Each row is a request index and its committed output length; the oracle answers how many tokens
 were drafted (<= k) and how many of them were accepted (<= drafted). Parametric oracles draw from
 a distribution with one random stream per request, so a request's outcomes do not depend on what
-else is in the batch. The exact drafters (``specplan.simulator.drafters``) implement the same
+else is in the batch. The exact drafters (``specplan.acceptance.drafters``) implement the same
 interface from real token histories.
 """
 

@@ -15,11 +15,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from specplan.simulator.drafters.base import lcp
-from specplan.simulator.drafters.cache import PrecomputeCache
-from specplan.simulator.drafters.oracle import build_drafter
-from specplan.simulator.drafters.settings import DrafterSettings
-from specplan.simulator.drafters.table import TableOracle
+from specplan.acceptance.drafters.base import lcp
+from specplan.acceptance.drafters.cache import PrecomputeCache
+from specplan.acceptance.drafters.oracle import build_drafter
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.acceptance.drafters.table import TableOracle
 
 STEP_COLUMNS = ["rid", "id", "category", "turn", "position", "committed", "drafted", "accepted", "commit"]
 

@@ -27,10 +27,10 @@ import numpy as np
 from numba import njit
 
 from specplan.errors import SpecplanError
-from specplan.simulator.drafters._hashtable import ht_get, ht_put, table_capacity
-from specplan.simulator.drafters.settings import SA_GLOBAL_MATCH_CAP, DrafterSettings
-from specplan.simulator.drafters.base import DrafterOracle, lcp
-from specplan.simulator.drafters.table import TableOracle, match_table
+from specplan.acceptance.drafters._hashtable import ht_get, ht_put, table_capacity
+from specplan.acceptance.drafters.settings import SA_GLOBAL_MATCH_CAP, DrafterSettings
+from specplan.acceptance.drafters.base import DrafterOracle, lcp
+from specplan.acceptance.drafters.table import TableOracle, match_table
 
 # Rows of the state array and of the edge array.
 LEN, LINK, FPOS, EHEAD = 0, 1, 2, 3

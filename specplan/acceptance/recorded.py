@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from specplan.errors import TraceError
-from specplan.simulator.oracles import AcceptanceOracle
+from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.workloads.bundled import bundled_traces, get_bundled
 from specplan.workloads.records import Where, check_value, first_record, get_field, iter_records
 from specplan.workloads.request import Request

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specplan.simulator.oracles import AcceptanceOracle
+from specplan.acceptance.oracles import AcceptanceOracle
 
 
 class SAEnhancedOracle(AcceptanceOracle):
