@@ -18,7 +18,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.presets import resolve_speculation
-from specplan.acceptance.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
+from specplan.acceptance import build_oracle
 
 # Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
 # (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
@@ -112,45 +112,6 @@ def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Wor
                     think if think.any() else None), list(reqs)
 
 
-def build_oracle(cfg: SimConfig, workload: Workload, requests: list, drafter_cache=None) -> AcceptanceOracle:
-    """The acceptance oracle: the exact drafter, a parametric or recorded one, or the SA enhancer."""
-    sp = cfg.speculation
-    if sp.sa_config is not None:
-        from specplan.acceptance.drafters import make_drafter_oracle
-        from specplan.acceptance.enhancer import SAEnhancedOracle
-
-        sa_spec = SpeculationConfig(decoding_type="SA", max_draft_len=sp.max_draft_len,
-                                    enable_global_pool=sp.sa_config.enable_global_pool)
-        neural = build_oracle(cfg.model_copy(update={"speculation": sp.model_copy(update={"sa_config": None})}),
-                              workload, requests)
-        sa = make_drafter_oracle(sa_spec, requests, cfg.engine.max_batch_size, drafter_cache)
-        return SAEnhancedOracle(neural, sa, sp.sa_config.threshold)
-    a = cfg.acceptance
-    args = (workload.prompt_lens, workload.output_lens)
-    seed = int(np.random.default_rng([cfg.seed, 2]).integers(2**31))
-    if a.mode == "alpha":
-        return alpha_oracle(a.alpha, *args, seed=seed, max_k=max(cfg.speculation.max_draft_len, 1))
-    if a.mode == "per_position":
-        if not a.per_position:
-            raise ConfigError("acceptance.per_position: give the conditional rates a_1..a_K")
-        return per_position_oracle(a.per_position, *args, seed=seed)
-    if a.mode == "length_dist":
-        if not a.length_dist:
-            raise ConfigError("acceptance.length_dist: give P(accepted = 0), P(accepted = 1), ...")
-        return length_dist_oracle(a.length_dist, *args, seed=seed)
-    if a.mode == "recorded":
-        from specplan.acceptance.recorded import recorded_oracle
-
-        if not a.recorded_path:
-            raise ConfigError("acceptance.recorded_path: name a recorded acceptance log (e.g. specbench-eagle) or a file")
-        return recorded_oracle(a.recorded_path, requests)
-    from specplan.acceptance.drafters import make_drafter_oracle
-
-    if cfg.speculation.decoding_type == "none":
-        return alpha_oracle(0.0, *args, seed=seed)  # never asked: speculation is off
-    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size, drafter_cache)
-
-
 def build_cost(cfg: SimConfig):
     from specplan.cost_models.registry import make_cost_model
 
@@ -185,7 +146,7 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
-    oracle = build_oracle(cfg, workload, requests, drafter_cache)
+    oracle = build_oracle(cfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
     ex.run()
