@@ -36,11 +36,11 @@ def main() -> None:
     args = ap.parse_args()
     requests = read_token_trace(FIXTURE)
     tokens = sum(r.prompt_len + r.output_len for r in requests)
-    pool2 = DrafterSettings(kind="ngram", max_draft_len=args.k, is_public_pool=False)
-    pool5 = DrafterSettings(kind="ngram", max_draft_len=args.k, max_matching_ngram_size=5, is_public_pool=False)
+    pool2 = DrafterSettings(kind="NGram", max_draft_len=args.k, is_public_pool=False)
+    pool5 = DrafterSettings(kind="NGram", max_draft_len=args.k, max_matching_ngram_size=5, is_public_pool=False)
     cases = {
-        "SA (longest match)": lambda r: sa_tables(r, DrafterSettings(kind="sa")),
-        "SA (n-gram 3)": lambda r: sa_tables(r, DrafterSettings(kind="sa", max_matching_ngram_size=3)),
+        "SA (longest match)": lambda r: sa_tables(r, DrafterSettings(kind="SA")),
+        "SA (n-gram 3)": lambda r: sa_tables(r, DrafterSettings(kind="SA", max_matching_ngram_size=3)),
         "vLLM n-gram (5..5)": lambda r: vllm_ngram_tables(r, DrafterSettings(kind="vllm_ngram")),
         "vLLM n-gram (1..4)": lambda r: vllm_ngram_tables(
             r, DrafterSettings(kind="vllm_ngram", prompt_lookup_min=1, prompt_lookup_max=4)),
@@ -60,7 +60,7 @@ def main() -> None:
         flag = "ok" if rate >= TARGETS[name] else "BELOW TARGET"
         print(f"{name:28s} {rate:12,.0f} {TARGETS[name]:12,d}  {flag}")
     # The public pool is shared state, so it runs online in call order (no precompute, no target).
-    public = DrafterSettings(kind="ngram", max_draft_len=args.k)
+    public = DrafterSettings(kind="NGram", max_draft_len=args.k)
     replay_trace(requests, public)
     start = time.perf_counter()
     for _ in range(max(1, args.repeat // 4)):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from typing_extensions import Annotated
 
+from specplan.config_rules import canonical_decoding_type, validate_speculation
 from specplan.errors import ConfigError
 
 
@@ -38,7 +40,9 @@ class EngineConfig(_Section):
     overlap_scheduler: bool = False
 
 
-DecodingType = Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3"]
+# The one spelling per drafter; aliases (``sa``, ``ngram``, ``vllm-ngram``, ...) are read as these.
+DecodingType = Annotated[Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3"],
+                         BeforeValidator(canonical_decoding_type)]
 NEURAL_DRAFTERS = ("MTP", "Eagle3")
 
 
@@ -70,7 +74,7 @@ class SpeculationConfig(_Section):
     prompt_lookup_min: Optional[int] = Field(None, ge=1)
     prompt_lookup_max: Optional[int] = Field(None, ge=1)
     suffix_max_tree_depth: int = Field(24, ge=1)
-    suffix_max_cached_requests: int = Field(10000, ge=0)
+    suffix_max_cached_requests: int = Field(10000, ge=-1, description="0 disables the global tree, -1 no limit")
     suffix_max_spec_factor: float = Field(1.0, ge=0)
     suffix_max_spec_offset: float = 0.0
     suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
@@ -100,8 +104,6 @@ class SpeculationConfig(_Section):
 
     @model_validator(mode="after")
     def _engine_rules(self) -> "SpeculationConfig":
-        from specplan.simulator.control import validate_speculation
-
         validate_speculation(self)
         return self
 

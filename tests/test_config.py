@@ -37,7 +37,9 @@ def test_negative_rate_names_the_field():
         ({"num_speculative_tokens_per_batch_size": [[2, 8, 3]]}, "first range must start at 1"),
         ({"num_speculative_tokens_per_batch_size": [[1, 8, 3], [8, 9, 1]]}, "must be sorted and not overlap"),
         ({"acceptance_rate_window_size": 100}, "must be given together"),
-        ({"decoding_type": "SA", "max_matching_ngram_size": 0}, "-1 (longest match) or in [1, 64]"),
+        ({"decoding_type": "SA", "max_matching_ngram_size": 0}, "-1 (longest match) or >= 1"),
+        ({"decoding_type": "SA", "enable_global_pool": True, "max_matching_ngram_size": 65},
+         "in [1, 64] with the global pool"),
         ({"decoding_type": "NGram", "max_matching_ngram_size": 0}, "must be >= 1"),
     ],
 )

@@ -221,7 +221,7 @@ def test_sa_global_pool_raises_when_every_slot_is_in_flight():
     (dict(kind="sa", global_pool_size=64), "global_pool_size"),
     (dict(kind="vllm_ngram", prompt_lookup_min=6, prompt_lookup_max=5), "prompt_lookup_min"),
     (dict(kind="pld", pld_variant="fast"), "pld_variant"),
-    (dict(kind="lookahead"), "kind"),
+    (dict(kind="lookahead"), "decoding_type"),
 ])
 def test_invalid_settings_name_the_field(kw, field):
     with pytest.raises(ConfigError, match=field) as err:
@@ -245,8 +245,12 @@ def test_engine_defaults():
     assert from_spec(SpeculationConfig(decoding_type="NGram")).ngram_size == 2
     assert from_spec(SpeculationConfig(decoding_type="pld")).ngram_size == 3
     assert from_spec(SpeculationConfig(decoding_type="pld", pld_variant="hf")).ngram_size == 2
-    assert from_spec(SpeculationConfig(decoding_type="AUTO"), max_batch_size=4).ngram_size == 3
-    assert from_spec(SpeculationConfig(decoding_type="AUTO"), max_batch_size=8).ngram_size == 5
+    from specplan.config import EngineConfig
+    from specplan.simulator.presets import resolve_speculation
+
+    auto = SpeculationConfig(decoding_type="AUTO")
+    assert from_spec(resolve_speculation(EngineConfig(max_batch_size=4), auto)).ngram_size == 3
+    assert from_spec(resolve_speculation(EngineConfig(max_batch_size=8), auto)).ngram_size == 5
     with pytest.raises(ConfigError, match="decoding_type"):
         from_spec(SpeculationConfig(decoding_type="none"))
 

@@ -43,7 +43,7 @@ def real_trace():
 def _table_reference(settings: DrafterSettings, k: int):
     """The reference draft for history h of request r (a function of the settings)."""
     kind = settings.kind
-    if kind == "sa":
+    if kind == "SA":
         return lambda h, r: ref.sa_draft(h, k, settings.ngram_size)
     if kind == "vllm_ngram":
         lo, hi = settings.lookup_range

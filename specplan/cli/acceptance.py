@@ -10,9 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-DRAFTERS = {"ngram": "ngram", "sa": "sa", "vllm-ngram": "vllm_ngram", "suffix": "suffix", "pld": "pld"}
-
-
 def default_k(kind: str, depth: int) -> int:
     """K when --max-draft-len is not given: PLD's 10 continuation tokens, suffix decoding's tree depth
     (vLLM's default for num_speculative_tokens), otherwise 4 (specplan's default max_draft_len)."""
@@ -53,7 +50,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def acceptance(
         trace: str = typer.Argument(..., help="A bundled trace name (see `specplan workloads list`) or a trace file."),
-        drafter: str = typer.Option(..., "--drafter", help="ngram | sa | vllm-ngram | suffix | pld."),
+        drafter: str = typer.Option(..., "--drafter", help="NGram | SA | vllm_ngram | suffix | pld (any case; "
+                                    "'-' for '_'): speculation.decoding_type."),
         max_draft_len: Optional[int] = typer.Option(None, "--max-draft-len", help="K (default: the drafter's)."),
         max_matching_ngram_size: Optional[int] = typer.Option(
             None, "--max-matching-ngram-size", help="NGram 2, SA -1 (longest), PLD 3 (reference) / 2 (hf) by default."),
@@ -78,14 +76,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
         from specplan.acceptance.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
+        from specplan.acceptance.drafters.settings import KINDS
+        from specplan.config_rules import canonical_decoding_type
         from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
-        if drafter not in DRAFTERS:
-            raise typer.BadParameter(f"--drafter must be one of {', '.join(DRAFTERS)}")
-        kind = DRAFTERS[drafter]
+        kind = canonical_decoding_type(drafter)
+        if kind not in KINDS:
+            raise typer.BadParameter(f"--drafter must be one of {', '.join(KINDS)} (or their lower-case spellings)")
         k = max_draft_len if max_draft_len is not None else default_k(kind, suffix_max_tree_depth)
+        if k < 1:
+            raise typer.BadParameter("--max-draft-len: a replay drafts K >= 1 tokens per step")
+        # The same pydantic model as a scenario's speculation section: the same values are refused alike.
         settings = DrafterSettings(
             kind=kind, max_draft_len=k, max_matching_ngram_size=max_matching_ngram_size, is_keep_all=is_keep_all,
             is_use_oldest=is_use_oldest, is_public_pool=is_public_pool, enable_global_pool=enable_global_pool,
@@ -105,7 +108,7 @@ def register(app: typer.Typer) -> None:
         if dump_steps is not None:
             write_steps(dump_steps, steps)
         if fmt == "json":
-            print(json.dumps({"trace": str(trace), "drafter": drafter, "k": k, "settings": settings.key(),
+            print(json.dumps({"trace": str(trace), "drafter": settings.kind, "k": k, "settings": settings.key(),
                               "groups": summary.to_dict("records")}))
             return
         for table in _tables(summary, k):

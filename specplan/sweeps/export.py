@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from specplan.config import SpeculationConfig, format_validation_error, read_yaml
-from specplan.simulator.control import check_batch_size_ranges
+from specplan.config_rules import check_batch_size_ranges
 from specplan.errors import ConfigError
 from specplan.acceptance.drafters.settings import DrafterSettings
 from specplan.simulator.presets import schedule_to_ranges

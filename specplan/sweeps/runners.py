@@ -70,12 +70,13 @@ def _build_requests(key: str) -> list:
 def _drafter_key(cfg: SimConfig) -> str:
     """The requests and the drafter settings that determine precomputed drafter tables ("" when the
     run replays no exact drafter); configs differing only in K or the schedule share one."""
-    sp = cfg.speculation
-    if cfg.acceptance.mode != "drafter" or sp.decoding_type in ("none", "MTP", "Eagle3"):
+    if cfg.acceptance.mode != "drafter" or cfg.speculation.decoding_type in ("none", "MTP", "Eagle3"):
         return ""
     from specplan.acceptance.drafters import DrafterSettings
+    from specplan.simulator.run import resolve
 
-    settings = DrafterSettings.from_spec(sp, cfg.engine.max_batch_size)
+    sp = resolve(cfg).speculation  # AUTO expanded, as the run will see it
+    settings = DrafterSettings.from_spec(sp)
     return _canonical({"requests": _requests_key(cfg), "speculation": sp.model_dump(mode="json", exclude_unset=True),
                        "settings": settings.key(), "max_batch_size": cfg.engine.max_batch_size})
 

@@ -18,9 +18,9 @@ def build_drafter(settings: DrafterSettings, requests: Sequence, max_batch_size:
                   cache: Optional[PrecomputeCache] = None) -> DrafterOracle:
     """The oracle for one drafter's settings (what ``make_drafter_oracle`` and the replay use)."""
     kind = settings.kind
-    if kind == "ngram":
+    if kind == "NGram":
         return NGramPoolOracle(settings, requests, cache)
-    if kind == "sa":
+    if kind == "SA":
         if settings.enable_global_pool:
             return SAGlobalPoolOracle(settings, requests, max_batch_size, cache)
         return SAOracle(settings, requests, cache)
@@ -35,11 +35,11 @@ def make_drafter_oracle(spec, requests: Sequence, max_batch_size: int,
                         cache: Optional[PrecomputeCache] = None) -> DrafterOracle:
     """Acceptance oracle replaying the configured model-free drafter over the requests' real tokens.
 
-    ``spec`` is a ``SpeculationConfig`` (``decoding_type`` NGram, AUTO, SA, vllm_ngram, suffix or
+    ``spec`` is a resolved ``SpeculationConfig`` (``decoding_type`` NGram, SA, vllm_ngram, suffix or
     pld) or a ``DrafterSettings``. Row ``rid`` of every call indexes ``requests``. Per-request
     drafters answer from precomputed tables (cached by content hash in ``cache``, the process-wide
     in-memory cache by default); the public NGram pool, the SA global pool and suffix trees evolve
     online in the order of ``draft`` rows and ``on_commit`` / ``on_finish`` calls.
     """
-    settings = spec if isinstance(spec, DrafterSettings) else DrafterSettings.from_spec(spec, max_batch_size)
+    settings = spec if isinstance(spec, DrafterSettings) else DrafterSettings.from_spec(spec)
     return build_drafter(settings, requests, max_batch_size, cache)

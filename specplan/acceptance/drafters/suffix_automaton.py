@@ -28,7 +28,8 @@ from numba import njit
 
 from specplan.errors import SpecplanError
 from specplan.acceptance.drafters._hashtable import ht_get, ht_put, table_capacity
-from specplan.acceptance.drafters.settings import SA_GLOBAL_MATCH_CAP, DrafterSettings
+from specplan.acceptance.drafters.settings import DrafterSettings
+from specplan.config_rules import SA_GLOBAL_MATCH_CAP
 from specplan.acceptance.drafters.base import DrafterOracle, lcp
 from specplan.acceptance.drafters.table import TableOracle, match_table
 

@@ -1,0 +1,114 @@
+"""The engines' own rules for a speculative config, as plain functions the config models call.
+
+Kept apart from ``config.py`` so the schema stays readable; nothing here imports the simulator.
+Sources: TensorRT-LLM ``llmapi/llm_args.py`` (``DecodingBaseConfig`` and its subclasses,
+``SADecodingConfig``), vLLM ``config/speculative.py`` and ``v1/spec_decode/dynamic/utils.py``
+(see docs/semantics.md).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+# TensorRT-LLM SADecodingConfig: the global pool has at most 1024 slots and matches at most 64 tokens.
+SA_MAX_GLOBAL_SLOTS = 1024
+SA_GLOBAL_MATCH_CAP = 64
+
+# vLLM config/speculative.py: both prompt_lookup bounds default to 5 when neither is given.
+VLLM_DEFAULT_LOOKUP = 5
+
+# One spelling per drafter (``speculation.decoding_type``); these aliases, compared case-insensitively with
+# "-" read as "_", are accepted in YAML, ``--set`` and on the command line.
+DECODING_TYPES = ("none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3")
+DRAFTER_ALIASES = {**{t.lower(): t for t in DECODING_TYPES}, "off": "none", "prompt_lookup": "pld",
+                   "suffix_decoding": "suffix", "eagle": "Eagle3"}
+
+
+def canonical_decoding_type(value):
+    """The canonical ``decoding_type`` spelling of ``value`` (``sa`` -> ``SA``, ``vllm-ngram`` -> ``vllm_ngram``);
+    anything else is returned unchanged for the schema to refuse with the list of choices."""
+    if isinstance(value, str):
+        return DRAFTER_ALIASES.get(value.strip().lower().replace("-", "_"), value)
+    return value
+
+
+def effective_lookup_range(lo: Optional[int], hi: Optional[int]) -> tuple[int, int]:
+    """vLLM's effective ``(prompt_lookup_min, prompt_lookup_max)``: 5/5 by default, one mirrors the other."""
+    if lo is None and hi is None:
+        return VLLM_DEFAULT_LOOKUP, VLLM_DEFAULT_LOOKUP
+    return (hi if lo is None else lo), (lo if hi is None else hi)
+
+
+def check_batch_size_ranges(ranges, max_k: Optional[int] = None) -> None:
+    """vLLM's rules for ``num_speculative_tokens_per_batch_size``: a non-empty list of inclusive
+    ``[start, end, K]`` with 1 <= start <= end, K >= 0 (and <= ``max_k`` when given), the first
+    starting at 1, sorted and not overlapping. Raises ValueError whose text starts with ``[i]: `` or
+    ``: `` so callers can prefix the field name."""
+    if not isinstance(ranges, (list, tuple)) or not ranges:
+        raise ValueError(": expected a non-empty list of [start, end, K]")
+    prev_end = 0
+    for i, r in enumerate(ranges):
+        if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                      for x in r):
+            raise ValueError(f"[{i}]: expected three integers [start, end, K]")
+        start, end, k = r
+        if start < 1 or start > end:
+            raise ValueError(f"[{i}]: need 1 <= start <= end, got [{start}, {end}]")
+        if k < 0 or (max_k is not None and k > max_k):
+            raise ValueError(f"[{i}]: K must be in [0, {'num_speculative_tokens = ' + str(max_k) if max_k is not None else 'inf'}], got {k}")
+        if i == 0 and start != 1:
+            raise ValueError(": the first range must start at 1")
+        if start <= prev_end:
+            raise ValueError(f"[{i}]: ranges must be sorted and not overlap")
+        prev_end = end
+
+
+def validate_speculation(spec) -> None:
+    """The engines' config rules; raises ValueError with the field named (pydantic reports it)."""
+    sched = spec.draft_len_schedule
+    if sched is not None:
+        if spec.max_concurrency is not None:
+            raise ValueError("draft_len_schedule and max_concurrency are mutually exclusive")
+        if not sched:
+            raise ValueError("draft_len_schedule must not be empty")
+        if any(k < 1 for k in sched):
+            raise ValueError("draft_len_schedule keys (batch sizes) must be >= 1")
+        if any(v < 0 for v in sched.values()):
+            raise ValueError("draft_len_schedule values (draft lengths) must be >= 0")
+        if any(v > spec.max_draft_len for v in sched.values()):
+            raise ValueError(f"draft_len_schedule values must be <= max_draft_len ({spec.max_draft_len})")
+        if sched[min(sched)] != spec.max_draft_len:
+            raise ValueError(
+                f"draft_len_schedule: the smallest key ({min(sched)}) must map to max_draft_len ({spec.max_draft_len})"
+            )
+    ranges = spec.num_speculative_tokens_per_batch_size
+    if ranges is not None:
+        if sched is not None:
+            raise ValueError("use draft_len_schedule or num_speculative_tokens_per_batch_size, not both")
+        try:
+            check_batch_size_ranges(ranges)
+        except ValueError as exc:
+            raise ValueError(f"num_speculative_tokens_per_batch_size{exc}") from None
+    n = spec.max_matching_ngram_size
+    if n is not None and spec.decoding_type == "SA":
+        # SA matches the longest suffix (-1) or a fixed size; the global pool searches at most 64 tokens.
+        hi = SA_GLOBAL_MATCH_CAP if spec.enable_global_pool else None
+        if not (n == -1 or (n >= 1 and (hi is None or n <= hi))):
+            raise ValueError(f"max_matching_ngram_size for SA must be -1 (longest match) or "
+                             f"{'in [1, ' + str(hi) + '] with the global pool' if hi else '>= 1'}, got {n}")
+    if n is not None and spec.decoding_type in ("NGram", "AUTO", "pld") and n < 1:
+        raise ValueError(f"max_matching_ngram_size for {spec.decoding_type} must be >= 1, got {n}")
+    if spec.global_pool_size is not None:
+        if not (spec.decoding_type == "SA" and spec.enable_global_pool):
+            raise ValueError("global_pool_size requires decoding_type SA with enable_global_pool")
+        if not 1 <= spec.global_pool_size <= SA_MAX_GLOBAL_SLOTS:
+            raise ValueError(f"global_pool_size must be in [1, {SA_MAX_GLOBAL_SLOTS}], got {spec.global_pool_size}")
+    if (spec.acceptance_rate_window_size is None) != (spec.acceptance_rate_threshold is None):
+        raise ValueError("acceptance_rate_window_size and acceptance_rate_threshold must be given together")
+    if (spec.acceptance_window is None) != (spec.acceptance_length_threshold is None):
+        raise ValueError("acceptance_window and acceptance_length_threshold (legacy gate) must be given together")
+    if spec.acceptance_window is not None and spec.acceptance_rate_window_size:
+        raise ValueError("choose one gate: acceptance_rate_* (current) or acceptance_window/_length_threshold (legacy)")
+    lo, hi = effective_lookup_range(spec.prompt_lookup_min, spec.prompt_lookup_max)
+    if lo > hi:
+        raise ValueError(f"prompt_lookup_min must be <= prompt_lookup_max ({lo} > {hi})")
