@@ -16,12 +16,12 @@ from specplan.cost_models.base import StepBatch
 from specplan.cost_models.registry import make_cost_model
 
 CONFIGS = {
-    "roofline": (CostConfig(), None),
-    "roofline 70B TP8": (CostConfig(model_name="llama-3.1-70b", tp=8), None),
-    "linear_gamma": (CostConfig(model="linear_gamma", t_base_s={1: 0.01, 256: 0.03}, gamma={1: 0.0, 256: 0.4}), None),
-    "table": (CostConfig(model="table", table_s={1: {0: 0.01, 8: 0.02}, 256: {0: 0.03, 8: 0.09}}), None),
-    "linear": (CostConfig(model="linear"),
-               {"linear_coefficients": {"c0_s": 2e-3, "c_tok_s": 1e-5, "c_kv_s": 2e-8, "c_seq_s": 4e-6}}),
+    "roofline": CostConfig(),
+    "roofline 70B TP8": CostConfig(model_name="llama-3.1-70b", tp=8),
+    "linear_gamma": CostConfig(model="linear_gamma", t_base_s={1: 0.01, 256: 0.03}, gamma={1: 0.0, 256: 0.4}),
+    "table": CostConfig(model="table", table_s={1: {0: 0.01, 8: 0.02}, 256: {0: 0.03, 8: 0.09}}),
+    "linear": CostConfig(model="linear", linear_coefficients={"c0_s": 2e-3, "c_tok_s": 1e-5, "c_kv_s": 2e-8,
+                                                              "c_seq_s": 4e-6}),
 }
 
 
@@ -44,8 +44,8 @@ def mean_call_us(model, batch, calls: int = 2000) -> float:
 def main() -> None:
     shapes = batches()
     print(f"{'model':<18}" + "".join(f"{name:>20}" for name in shapes))
-    for label, (cfg, extra) in CONFIGS.items():
-        model = make_cost_model(cfg, extra)
+    for label, cfg in CONFIGS.items():
+        model = make_cost_model(cfg)
         cells = [min(mean_call_us(model, b) for _ in range(5)) for b in shapes.values()]
         print(f"{label:<18}" + "".join(f"{us:>17.1f} us" for us in cells))
 

@@ -149,7 +149,30 @@ class WorkloadConfig(_Section):
 
 
 class CostConfig(_Section):
-    """How a step is priced."""
+    """How a step is priced: the one definition of every cost knob and its documented default.
+
+    Sources of the defaults (``COSTS.md`` and ``ANCHORS.md`` in the design notes):
+
+    - ``eta_mem = 0.80``: achieved fraction of HBM bandwidth streaming weights (Vidur-derived 0.77-0.86, §1).
+    - ``eta_comp = 0.70``: achieved fraction of dense peak FLOPs in GEMMs (prefill MFU 0.69-0.76, §1).
+    - ``eta_attn = 0.70``: achieved bandwidth reading the KV cache (§1 suggests 0.65-0.70).
+    - ``eta_attn_comp = 0.50``: achieved FLOP fraction of attention kernels (FlashAttention-2 about
+      0.35-0.5 of H100 peak, FlashAttention-3 up to 0.75).
+    - ``gemm_floor_s = attn_floor_s = 5e-6``: per-kernel floor (5-7 us at small TP shards, §1 and §3).
+    - ``small_kernels_per_layer = 3`` at ``small_kernel_s = 2e-6``: fused add+RMSNorm twice and SiLU*mul
+      per layer (rotary fused into attention), a few microseconds each under CUDA graphs.
+    - ``host_overhead_s = 126e-6``, ``host_overhead_per_seq_s = 4e-6``: BLIS's fitted per-step (beta7)
+      and per-request (beta6) terms on vLLM (ANCHORS.md, anchor 3).
+    - ``cuda_graph_max_tokens = 512``: largest captured token count (vLLM V1 default); counts up to it
+      are padded to 1, 2, 4 or the next multiple of 8.
+    - ``allreduce_alpha_s`` / ``allreduce_beta_Bps``: TP all-reduce latency and bandwidth; ``None`` takes
+      the GPU catalogue's interconnect values (§5: about 10 us and 300 GB/s on NVLink).
+    - ``linear_coefficients`` (``c0_s, c_tok_s, c_kv_s, c_seq_s``) or ``linear_fit_csv`` (a calibrate
+      ``measurements.csv`` fitted by least squares) for the ``linear`` model; ``draft_fraction``: its
+      drafting cost as a fraction of the verify step.
+    - ``draft_costs``: a drafting-cost file; ``None`` uses the bundled ``data/profiles/draft_costs.yaml``
+      or the ``draft`` section of a measured profile.
+    """
 
     model: Literal["linear_gamma", "table", "roofline", "linear", "profile"] = "roofline"
     t_base_s: float | dict[int, float] = Field(0.01, description="linear_gamma: T(B, 1) in seconds, constant or table over B")
@@ -160,20 +183,19 @@ class CostConfig(_Section):
     model_name: str = "llama-3.1-8b"
     tp: int = Field(1, ge=1)
     profile: Optional[str] = None
-    host_overhead_s: Optional[float] = Field(None, ge=0)
+    dtype: Literal["bf16", "fp8"] = Field("bf16", description="weights and KV cache (analytic model)")
+    eta_mem: float = Field(0.80, gt=0, le=1)
+    eta_comp: float = Field(0.70, gt=0, le=1)
+    eta_attn: float = Field(0.70, gt=0, le=1)
+    eta_attn_comp: float = Field(0.50, gt=0, le=1)
+    gemm_floor_s: float = Field(5e-6, ge=0)
+    attn_floor_s: float = Field(5e-6, ge=0)
+    small_kernels_per_layer: int = Field(3, ge=0)
+    small_kernel_s: float = Field(2e-6, ge=0)
+    host_overhead_s: float = Field(126e-6, ge=0)
+    host_overhead_per_seq_s: float = Field(4e-6, ge=0)
     cuda_graph_padding: bool = True
-    # Analytic, linear and drafting knobs; None keeps the documented default in cost_models/options.py.
-    dtype: Optional[Literal["bf16", "fp8"]] = None
-    eta_mem: Optional[float] = Field(None, gt=0, le=1)
-    eta_comp: Optional[float] = Field(None, gt=0, le=1)
-    eta_attn: Optional[float] = Field(None, gt=0, le=1)
-    eta_attn_comp: Optional[float] = Field(None, gt=0, le=1)
-    gemm_floor_s: Optional[float] = Field(None, ge=0)
-    attn_floor_s: Optional[float] = Field(None, ge=0)
-    small_kernels_per_layer: Optional[int] = Field(None, ge=0)
-    small_kernel_s: Optional[float] = Field(None, ge=0)
-    host_overhead_per_seq_s: Optional[float] = Field(None, ge=0)
-    cuda_graph_max_tokens: Optional[int] = Field(None, ge=1)
+    cuda_graph_max_tokens: int = Field(512, ge=1)
     allreduce_alpha_s: Optional[float] = Field(None, ge=0)
     allreduce_beta_Bps: Optional[float] = Field(None, gt=0)
     linear_coefficients: Optional[dict[str, float]] = Field(None, description="c0_s, c_tok_s, c_kv_s, c_seq_s")

@@ -89,7 +89,7 @@ def test_fitted_model_is_continuous_over_the_grid(run_dir):
 
 def test_linear_model_fits_the_same_measurements(run_dir):
     csv = run_dir / "measurements.csv"
-    model = make_cost_model(CostConfig(model="linear"), {"linear_fit_csv": str(csv)})
+    model = make_cost_model(CostConfig(model="linear", linear_fit_csv=str(csv)))
     pts = forward_points(read_measurements(csv))
     pred = np.array([model.step_time(StepBatch(np.full(b, q), np.full(b, c), np.full(b, bool(p))))
                      for b, q, c, p in pts[["batch", "query_len", "context", "is_prefill"]].itertuples(index=False)])

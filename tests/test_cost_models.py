@@ -13,7 +13,6 @@ from specplan.cost_models.draft import DraftCost, DraftCostSection, NGramHostTab
 from specplan.cost_models.hardware import get_gpu, gpu_key_for_device
 from specplan.cost_models.linear import LinearCoefficients, fit_linear
 from specplan.cost_models.models import get_model, load_hf_config
-from specplan.cost_models.options import CostOptions
 from specplan.cost_models.registry import make_cost_model
 from specplan.errors import ConfigError
 
@@ -63,10 +62,10 @@ COEF = {"c0_s": 2e-3, "c_tok_s": 1e-5, "c_kv_s": 2e-8, "c_seq_s": 4e-6}
 
 
 def test_linear_model_by_hand_and_draft_fraction():
-    m = make_cost_model(CostConfig(model="linear"), {"linear_coefficients": COEF})
+    m = make_cost_model(CostConfig(model="linear", linear_coefficients=COEF))
     # 4 rows of 1 token over 1000 context: 2 ms + 4 * 10 us + 4000 * 20 ns + 4 * 4 us = 2.136 ms.
     assert m.step_time(StepBatch.decode(4, 1, 1000)) == pytest.approx(2.136e-3)
-    frac = make_cost_model(CostConfig(model="linear"), {"linear_coefficients": COEF, "draft_fraction": 0.1})
+    frac = make_cost_model(CostConfig(model="linear", linear_coefficients=COEF, draft_fraction=0.1))
     assert frac.step_time(StepBatch.decode(4, 1, 1000)) == pytest.approx(2.136e-3)  # no drafts verified
     assert frac.step_time(StepBatch.decode(4, 3, 1000)) == pytest.approx(1.1 * (2.136e-3 + 8 * 1e-5))
     assert frac.draft_time("NGram", 4, 2) == 0.0
@@ -174,13 +173,15 @@ def test_make_cost_model_defaults_and_profiles():
     assert by_profile.step_time(batch) == default.step_time(batch)
 
 
-def test_options_from_extra_mapping_and_unknown_keys():
-    m = make_cost_model(CostConfig(host_overhead_s=0.002), {"eta_mem": 0.5})
+def test_every_cost_knob_is_a_config_field():
+    from specplan.config import build_config
+
+    m = make_cost_model(CostConfig(host_overhead_s=0.002, eta_mem=0.5))
     assert m.options.eta_mem == 0.5 and m.options.host_overhead_s == 0.002
-    with pytest.raises(ConfigError, match="cost.eta_memory: unknown cost option"):
-        make_cost_model(CostConfig(), {"eta_memory": 0.5})
+    with pytest.raises(ConfigError, match="cost.eta_memory: unknown field"):
+        build_config({"cost": {"eta_memory": 0.5}})
     with pytest.raises(ConfigError, match="cost.eta_comp"):
-        CostOptions(eta_comp=0.0)
+        build_config({"cost": {"eta_comp": 0.0}})
 
 
 def test_simulator_and_cost_models_never_import_torch():
@@ -204,5 +205,5 @@ def test_bad_draft_costs_file_is_one_line_naming_file_and_field(tmp_path):
     path.write_text("format: specplan-draft-costs/1\nngram_host: {pool_entries: [10], draft_len: [1, 2], "
                     "seconds_per_request: [[1.0e-6]]}\n")
     with pytest.raises(ConfigError) as exc:
-        make_cost_model(CostConfig(), {"draft_costs": str(path)})
+        make_cost_model(CostConfig(draft_costs=str(path)))
     assert str(path) in str(exc.value) and "ngram_host" in str(exc.value) and "\n" not in str(exc.value)

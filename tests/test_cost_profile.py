@@ -14,12 +14,11 @@ from specplan.config import CostConfig
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.measurements import COLUMNS, forward_points
-from specplan.cost_models.options import CostOptions
 from specplan.cost_models.profile import ProfileCostModel, Provenance, parse_profile, read_profile, write_profile
 from specplan.cost_models.registry import cost_model_from_profile, make_cost_model
 from specplan.errors import ConfigError
 
-RAW = CostOptions(host_overhead_s=0.0, host_overhead_per_seq_s=0.0, cuda_graph_padding=False)
+RAW = CostConfig(host_overhead_s=0.0, host_overhead_per_seq_s=0.0, cuda_graph_padding=False)
 
 PROFILE = {
     "format": "specplan-profile/1",
@@ -55,10 +54,10 @@ def test_prediction_by_hand():
 
 
 def test_host_overhead_padding_and_tp_are_added():
-    host = model(CostOptions(host_overhead_s=1e-3, host_overhead_per_seq_s=1e-5, cuda_graph_padding=False))
+    host = model(CostConfig(host_overhead_s=1e-3, host_overhead_per_seq_s=1e-5, cuda_graph_padding=False))
     assert host.step_time(StepBatch.decode(3, 2, 100)) - model().step_time(StepBatch.decode(3, 2, 100)) == \
         pytest.approx(1e-3 + 3e-5)
-    padded = model(CostOptions(host_overhead_s=0.0, host_overhead_per_seq_s=0.0))
+    padded = model(CostConfig(host_overhead_s=0.0, host_overhead_per_seq_s=0.0))
     assert padded.step_time(StepBatch.decode(9, 1, 0)) - model().step_time(StepBatch.decode(9, 1, 0)) == \
         pytest.approx(7 / 99 * 1e-3)  # 9 tokens pad to 16 in the token-level term only
     tp = cost_model_profile_tp2()
@@ -122,8 +121,8 @@ def test_profile_round_trips_through_write_and_make_cost_model(tmp_path):
     path = tmp_path / "sub" / "p.yaml"
     write_profile(profile, path)
     assert not list(path.parent.glob(".*tmp"))  # atomic: no temporary left behind
-    via_config = make_cost_model(CostConfig(model="profile", profile=str(path), host_overhead_s=0.0),
-                                 {"host_overhead_per_seq_s": 0.0, "cuda_graph_padding": False})
+    via_config = make_cost_model(CostConfig(model="profile", profile=str(path), host_overhead_s=0.0,
+                                            host_overhead_per_seq_s=0.0, cuda_graph_padding=False))
     assert via_config.step_time(StepBatch.decode(3, 2, 100)) == model().step_time(StepBatch.decode(3, 2, 100))
     assert cost_model_from_profile(str(path)).name == "profile"
 

@@ -10,13 +10,13 @@ import pytest
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.hardware import get_gpu
 from specplan.cost_models.models import get_model, load_hf_config
-from specplan.cost_models.options import CostOptions
+from specplan.config import CostConfig
 from specplan.cost_models.roofline import RooflineCostModel
 
-NO_HOST = CostOptions(host_overhead_s=0.0, host_overhead_per_seq_s=0.0)
+NO_HOST = CostConfig(host_overhead_s=0.0, host_overhead_per_seq_s=0.0)
 
 
-def roofline(gpu="h200", model="llama-3.1-8b", tp=1, options=CostOptions()):
+def roofline(gpu="h200", model="llama-3.1-8b", tp=1, options=CostConfig()):
     return RooflineCostModel(get_gpu(gpu), get_model(model), tp, options)
 
 
@@ -28,7 +28,7 @@ SECTION_2E = [
 
 
 @pytest.mark.parametrize("gpu,model,tp,t1,t64", SECTION_2E)
-@pytest.mark.parametrize("options", [NO_HOST, CostOptions()], ids=["gpu-only", "with-host-overhead"])
+@pytest.mark.parametrize("options", [NO_HOST, CostConfig()], ids=["gpu-only", "with-host-overhead"])
 def test_step_time_within_25pct_of_costs_2e(gpu, model, tp, t1, t64, options):
     m = roofline(gpu, model, tp, options)
     assert m.step_time(StepBatch.decode(1, 1, 1024)) == pytest.approx(t1, rel=0.25)
@@ -38,7 +38,7 @@ def test_step_time_within_25pct_of_costs_2e(gpu, model, tp, t1, t64, options):
 def test_b1_decode_streams_the_published_weights_once():
     # Llama-3.1-8B has 8.03B parameters; the input embedding (128256 x 4096 = 0.525B) is gathered, not
     # streamed, so a B=1 step reads 7.505B bf16 parameters: 15.01 GB / 4.8 TB/s = 3.127 ms at eta 1.
-    opts = CostOptions(eta_mem=1.0, host_overhead_s=0, host_overhead_per_seq_s=0, gemm_floor_s=0,
+    opts = CostConfig(eta_mem=1.0, host_overhead_s=0, host_overhead_per_seq_s=0, gemm_floor_s=0,
                        attn_floor_s=0, small_kernels_per_layer=0)
     t = roofline(options=opts).step_time(StepBatch.decode(1, 1, 0))
     assert t == pytest.approx((8.030e9 - 0.525e9) * 2 / 4.8e12, rel=0.01)
@@ -51,7 +51,7 @@ def test_gemm_part_tracks_vidur_measured_h100_llama2_7b(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     model = load_hf_config(path)
-    m = RooflineCostModel(get_gpu("h100"), model, 1, CostOptions(cuda_graph_padding=False))
+    m = RooflineCostModel(get_gpu("h100"), model, 1, CostConfig(cuda_graph_padding=False))
     tokens = [1, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     measured_us = np.array([156, 159, 162, 180, 260, 328, 565, 1080, 2222])
     pred_us = np.array([m.components(StepBatch.decode(n, 1, 0))["gemm"] / 32 * 1e6 for n in tokens])
@@ -60,7 +60,7 @@ def test_gemm_part_tracks_vidur_measured_h100_llama2_7b(tmp_path):
 
 
 def test_gamma_rises_with_batch_and_falls_with_context():
-    m = roofline(options=CostOptions(cuda_graph_padding=False))
+    m = roofline(options=CostConfig(cuda_graph_padding=False))
     by_batch = [m.gamma(b, 4, 1024) for b in (1, 16, 64, 128, 256)]
     assert all(a < b for a, b in zip(by_batch, by_batch[1:]))
     assert by_batch[0] < 0.01  # B=1: weight streaming hides 4 extra positions (COSTS.md §2a, 0.00-0.01)
@@ -71,7 +71,7 @@ def test_gamma_rises_with_batch_and_falls_with_context():
 
 
 def test_gamma_depends_on_k_through_total_tokens():
-    m = roofline(options=CostOptions(cuda_graph_padding=False))
+    m = roofline(options=CostConfig(cuda_graph_padding=False))
     gammas = [m.gamma(128, k, 1024) for k in (1, 2, 4, 8)]
     assert len(set(np.round(gammas, 4))) == 4
     # T(B, 1+K) depends on B and K only through the rows' total tokens and KV: 64 rows of 3 = 96 rows of 2.
@@ -110,14 +110,14 @@ def test_prefill_chunk_attention_grows_with_chunk_times_context():
 
 
 def test_host_overhead_and_empty_batch():
-    m = roofline(options=CostOptions(host_overhead_s=1e-3, host_overhead_per_seq_s=1e-5))
+    m = roofline(options=CostConfig(host_overhead_s=1e-3, host_overhead_per_seq_s=1e-5))
     assert m.components(StepBatch.decode(10, 1, 0))["host"] == pytest.approx(1e-3 + 10 * 1e-5)
     assert m.step_time(StepBatch.decode(0, 1, 0)) == 0.0
 
 
 def test_fp8_halves_weight_streaming():
     def gemm(dtype):
-        opts = CostOptions(dtype=dtype, gemm_floor_s=0.0)
+        opts = CostConfig(dtype=dtype, gemm_floor_s=0.0)
         return roofline(options=opts).components(StepBatch.decode(1, 1, 0))["gemm"]
 
     assert gemm("fp8") == pytest.approx(gemm("bf16") / 2, rel=0.01)

@@ -22,7 +22,7 @@ from scipy.optimize import nnls
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.cost_models.measurements import summary_stat
-from specplan.cost_models.options import CostOptions
+from specplan.config import CostConfig
 from specplan.cost_models.profile import (
     PROFILE_FORMAT, AttentionTerms, Curve, MeasuredRange, ModelShape, ProfileCostModel, ProfileFile, Provenance,
     Segments,
@@ -31,7 +31,7 @@ from specplan.errors import SpecplanError
 
 # Forward-only prediction, as measured: no host overhead, no padding (each exact token count is captured),
 # no TP communication (one GPU's shard).
-RAW = CostOptions(host_overhead_s=0.0, host_overhead_per_seq_s=0.0, cuda_graph_padding=False)
+RAW = CostConfig(host_overhead_s=0.0, host_overhead_per_seq_s=0.0, cuda_graph_padding=False)
 NO_COMM = (0.0, math.inf)
 
 

@@ -30,7 +30,7 @@ from pydantic import Field, ValidationError, model_validator
 from specplan.config import StrictModel, format_validation_error
 from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost, DraftCostSection
-from specplan.cost_models.options import CostOptions
+from specplan.config import CostConfig
 from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
 from specplan.errors import ConfigError
@@ -174,7 +174,7 @@ class ProfileCostModel(CostModel):
 
     name = "profile"
 
-    def __init__(self, profile: ProfileFile, draft: DraftCost, options: CostOptions = CostOptions(),
+    def __init__(self, profile: ProfileFile, draft: DraftCost, options: CostConfig = CostConfig(),
                  source: str = "", allreduce: Optional[tuple[float, float]] = None) -> None:
         if profile.provenance.kind != "measured":
             raise ConfigError(f"{source or profile.name}: ProfileCostModel needs a measured profile")

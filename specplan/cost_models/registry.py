@@ -1,6 +1,6 @@
 """Build a cost model from configuration, and resolve profile names.
 
-``make_cost_model(cfg, extra)`` maps ``CostConfig.model`` to a model:
+``make_cost_model(cfg)`` maps ``CostConfig.model`` to a model:
 
 - ``linear_gamma`` / ``table``: ``simple`` (t_base_s, gamma, draft_cost_s / table_s);
 - ``roofline``: analytic model of ``gpu``, ``model_name`` (catalogue name or ``config.json`` path), ``tp``;
@@ -17,18 +17,16 @@ analytic file with its provenance; a GPU calibration run replaces it with a meas
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional
 
 from specplan.cost_models.base import CostModel
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.hardware import get_gpu
 from specplan.cost_models.linear import LinearCoefficients, LinearCostModel, fit_linear_csv
 from specplan.cost_models.models import get_model
-from specplan.cost_models.options import CostOptions
+from specplan.config import CostConfig
 from specplan.cost_models.profile import (
     PROFILE_FORMAT, ProfileCostModel, ProfileFile, Provenance, parse_profile, read_profile,
 )
@@ -81,18 +79,18 @@ def load_profile(name_or_path: str) -> tuple[ProfileFile, str]:
     return profile, f"analytic {name_or_path}"
 
 
-def _draft_for(profile: ProfileFile, options: CostOptions, sm_count: int) -> DraftCost:
+def _draft_for(profile: ProfileFile, options: CostConfig, sm_count: int) -> DraftCost:
     if options.draft_costs is not None or profile.draft is None:
         return DraftCost.load(options.draft_costs, sm_count)
     return DraftCost(profile.draft, sm_count)
 
 
-def cost_model_from_profile(name_or_path: str, options: CostOptions = CostOptions()) -> CostModel:
+def cost_model_from_profile(name_or_path: str, options: CostConfig = CostConfig()) -> CostModel:
     """A cost model for a profile: roofline for analytic ones, ``ProfileCostModel`` for measured ones."""
     profile, source = load_profile(name_or_path)
     if profile.provenance.kind == "analytic":
         gpu = get_gpu(profile.gpu)
-        opts = dataclasses.replace(options, dtype=profile.dtype)
+        opts = options.model_copy(update={"dtype": profile.dtype})
         return RooflineCostModel(gpu, get_model(profile.model), profile.tp, opts,
                                  draft=DraftCost.load(options.draft_costs, gpu.sm_count), source=source)
     gpu = get_gpu(profile.gpu) if profile.gpu else None
@@ -108,10 +106,9 @@ def default_profile_name(gpu: str, model_name: str, tp: int) -> str:
     return f"{gpu.lower()}/{model_name.lower()}" + (f"/tp{tp}" if tp > 1 else "")
 
 
-def make_cost_model(cfg: Any, extra: Optional[Mapping[str, Any]] = None) -> CostModel:
-    """The cost model ``cfg`` (a ``CostConfig``) asks for; ``extra`` carries the options ``CostConfig``
-    does not have yet (``CostOptions`` fields)."""
-    options = CostOptions.from_config(cfg, extra)
+def make_cost_model(cfg: CostConfig) -> CostModel:
+    """The cost model ``cfg`` asks for; every knob is a ``CostConfig`` field."""
+    options = cfg
     kind = cfg.model
     if kind == "linear_gamma":
         return LinearGammaCostModel(cfg.t_base_s, cfg.gamma, cfg.draft_cost_s)

@@ -29,7 +29,7 @@ from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.hardware import GPUSpec
 from specplan.cost_models.models import ModelSpec
-from specplan.cost_models.options import CostOptions
+from specplan.config import CostConfig
 from specplan.cost_models.terms import ACT_BYTES, BatchTerms, padded_tokens, tp_comm_s
 
 
@@ -41,7 +41,7 @@ class RooflineCostModel(CostModel):
 
     name = "roofline"
 
-    def __init__(self, gpu: GPUSpec, model: ModelSpec, tp: int = 1, options: CostOptions = CostOptions(),
+    def __init__(self, gpu: GPUSpec, model: ModelSpec, tp: int = 1, options: CostConfig = CostConfig(),
                  draft: DraftCost | None = None, source: str = "") -> None:
         self.gpu, self.model, self.tp, self.options = gpu, model, tp, options
         self.draft = draft if draft is not None else DraftCost.default(gpu.sm_count)

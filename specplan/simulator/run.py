@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from specplan.atomic import atomic_write
-from specplan.config import SimConfig, SpeculationConfig
-from specplan.errors import ConfigError
+from specplan.config import SimConfig
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.presets import resolve_speculation

@@ -20,7 +20,6 @@ import numpy as np
 
 from specplan.config import NEURAL_DRAFTERS, SimConfig
 from specplan.cost_models.models import ModelSpec, get_model
-from specplan.cost_models.options import CostOptions
 from specplan.cost_models.profile import ProfileFile
 from specplan.cost_models.registry import load_profile, make_cost_model
 from specplan.errors import SpecplanError
@@ -156,7 +155,7 @@ def run_validation(profile: str, out: str | Path, *, device: str = "cuda", scena
                         console=console, transient=False)
     with progress:
         for prep, plan in zip(prepared, plans):
-            options = CostOptions.from_config(prep.cfg.cost)
+            options = prep.cfg.cost
             settings = dataclasses.replace(base, pad_to=options.cuda_graph_max_tokens
                                            if device == "cuda" and options.cuda_graph_padding else None)
             attn, why = rp.make_attention(stack, plan, attention)
