@@ -110,18 +110,19 @@ def _step(it, rids, q, ctx, prefill):
 
 
 def _replayed_hidden(kind, steps, tokens):
-    from specplan.calibration import replay as rp
+    from specplan.calibration import attention as at
     from specplan.calibration.stack import DecoderStack
+    from specplan.validation import replay as rp
     from specplan.cost_models.models import get_model
 
     torch.set_num_threads(1)
     plan = rp.plan_slots(steps)
     stack = DecoderStack(get_model("tiny"), 1, "cpu", torch.float32, plan.kv_tokens, seed=0)
     if kind == "rows":
-        attention = rp.RowAttention(stack, plan.num_slots, plan.slot_len)
+        attention = at.RowAttention(stack, plan.num_slots, plan.slot_len)
     else:  # the CUDA path's layout and kernel inputs, with a reference in place of the FlashAttention kernel
-        attention = rp.VarlenAttention(stack, plan.num_slots, plan.slot_len, rp.varlen_reference)
-    rope = rp.rope_cache(stack, plan.slot_len)
+        attention = at.VarlenAttention(stack, plan.num_slots, plan.slot_len, at.varlen_reference)
+    rope = at.rope_cache(stack, plan.slot_len)
     with torch.inference_mode():
         return [rp.MixedStep(stack, attention, s, slots, tokens, rope, None).hidden()
                 for s, slots in zip(steps, plan.slots)]
@@ -146,8 +147,9 @@ def test_kv_cache_grows_like_a_single_prefill_and_varlen_layout_agrees():
 
 
 def test_padding_and_slots():
-    from specplan.calibration import replay as rp
+    from specplan.calibration import attention as at
     from specplan.calibration.stack import DecoderStack
+    from specplan.validation import replay as rp
     from specplan.cost_models.models import get_model
 
     steps = [_step(1, [0, 1], [5, 4], [20, 30], [False, False]), _step(2, [0], [5], [22], [False]),
@@ -156,8 +158,8 @@ def test_padding_and_slots():
     assert plan.slot_len == 300  # the longest context + query
     assert plan.num_slots == 2 and plan.slots[2][0] == 0  # request 2 takes the lowest slot freed
     stack = DecoderStack(get_model("tiny"), 1, "cpu", torch.float32, plan.kv_tokens, seed=0)
-    attention = rp.RowAttention(stack, plan.num_slots, plan.slot_len)
-    rope = rp.rope_cache(stack, plan.slot_len)
+    attention = at.RowAttention(stack, plan.num_slots, plan.slot_len)
+    rope = at.rope_cache(stack, plan.slot_len)
     tokens = [np.arange(400)] * 3
     with torch.inference_mode():
         step = rp.MixedStep(stack, attention, steps[0], plan.slots[0], tokens, rope, pad_to=512)
@@ -193,7 +195,7 @@ def test_sa_kernel_drafter_drafts_what_the_simulator_drafts():
     graph) keeps each request's automaton in step with the trace, through a step without speculation and a
     slot handed to a new request: its drafts equal the simulator's SA drafter's."""
     pytest.importorskip("triton")
-    from specplan.calibration import replay as rp
+    from specplan.validation import replay as rp
     from specplan.config import SpeculationConfig
     from specplan.acceptance.drafters import make_drafter_oracle
     from specplan.workloads.synthetic import CopyProcess, LengthModel, synthetic_requests

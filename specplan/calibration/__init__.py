@@ -1,8 +1,7 @@
-"""Measuring a device: the ``specplan calibrate`` benchmark, its fit, and the NGram host-cost timing; and
-the fidelity replay behind ``specplan validate``.
+"""Measuring a device: the ``specplan calibrate`` benchmark, its fit, and the NGram host-cost timing.
 
-Only this package uses torch, and only inside ``stack``, ``timing``, ``runner`` and ``replay``, which are
-imported when a calibration or a validation runs; ``fit`` and ``draft_bench`` need numpy/scipy alone.
-Entry points: ``specplan.calibration.runner.run_calibration``; ``specplan.calibration.replay`` (used by
-``specplan.validation.runner.run_validation``).
+torch is used only inside ``stack``, ``timing``, ``runner`` and ``attention``, imported when a
+calibration or a validation runs; ``fit`` and ``draft_bench`` need numpy/scipy alone. Entry point:
+``specplan.calibration.runner.run_calibration``. The fidelity replay of ``specplan validate`` builds on
+``stack``, ``attention`` and ``timing`` (``specplan.validation.replay``).
 """

@@ -6,8 +6,7 @@ device, and measure the simulator's error.
 - ``compare``: predicted terms per iteration, errors, error bins, and request timelines re-timed with
   measured steps;
 - ``report``: ``report.md``, ``iterations.csv``, ``predicted_vs_measured.png``, ``summary.json``;
+- ``replay`` (torch): each step run for real on the calibration ``DecoderStack``, KV growing and
+  rewinding per request, timed as calibration times a grid point; imported only when a validation runs;
 - ``runner``: ``run_validation``, the whole command.
-
-Nothing here imports torch; the replay itself is ``specplan.calibration.replay``, imported only when
-a validation runs.
 """

@@ -4,7 +4,7 @@ Steps: load the profile (one line naming the problem when it is unusable); for e
 the config priced by the profile, simulate it recording every step's batch, and compute the predicted
 terms per iteration; build one decoder stack for the profile's model (its real shapes, the profile's
 dtype and layer count, random weights) with KV room for the largest scenario; replay each scenario
-(``calibration.replay``) with its drafter; compare and write the report (``report``).
+(``validation.replay``) with its drafter; compare and write the report (``report``).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def run_validation(profile: str, out: str | Path, *, device: str = "cuda", scena
         raise SpecplanError("--scenario: give at least one scenario")
 
     try:
-        from specplan.calibration import replay as rp
+        from specplan.validation import replay as rp
     except ImportError:
         raise SpecplanError("validate needs torch: pip install 'specplan[calibrate]'") from None
     base = rp.ReplaySettings(device=device, dtype=prof.dtype, threads=threads or 1, seed=seed, warmup=warmup,
