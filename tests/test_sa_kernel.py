@@ -1,6 +1,6 @@
 """The Triton SA drafting kernels, step for step against the brute-force reference (``sa_reference``).
 
-Without a GPU the kernels run in the Triton interpreter on CPU tensors (``kernels.INTERPRETED``); with
+Without a GPU the kernels run in the Triton interpreter on CPU tensors (``primitives.INTERPRETED``); with
 CUDA available the same tests run the compiled kernels on the GPU.
 The interpreter is slow (tens of milliseconds per request-step), so automata and step counts are small.
 """
@@ -26,11 +26,11 @@ pytest.importorskip(
 import sa_reference as ref  # noqa: E402
 
 from specplan.calibration.sa_kernel import automaton as A  # noqa: E402
-from specplan.calibration.sa_kernel import kernels  # noqa: E402
+from specplan.calibration.sa_kernel import primitives  # noqa: E402
 from specplan.calibration.sa_kernel.slots import SACapacityError, SAKernelPool  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if DEVICE == "cpu" and not kernels.INTERPRETED:
+if DEVICE == "cpu" and not primitives.INTERPRETED:
     pytest.skip("no CUDA device and TRITON_INTERPRET=0: the SA kernels can neither compile nor be interpreted",
                 allow_module_level=True)
 
@@ -301,8 +301,8 @@ def test_capacity_errors_name_slot_and_limit():
 
 
 def test_global_slot_limit():
-    with pytest.raises(ValueError, match=f"num_slots must be in \\[1, {kernels.MAX_GLOBAL_SLOTS}\\]"):
-        _pool(num_slots=kernels.MAX_GLOBAL_SLOTS + 1)
+    with pytest.raises(ValueError, match=f"num_slots must be in \\[1, {primitives.MAX_GLOBAL_SLOTS}\\]"):
+        _pool(num_slots=primitives.MAX_GLOBAL_SLOTS + 1)
 
 
 _COMPILE_SCRIPT = """

@@ -17,7 +17,7 @@ pytest.importorskip(
 
 import sa_reference as ref  # noqa: E402
 
-from specplan.calibration.sa_kernel import bench, kernels  # noqa: E402
+from specplan.calibration.sa_kernel import bench, primitives  # noqa: E402
 from specplan.calibration.sa_kernel.slots import SAKernelPool  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -29,7 +29,7 @@ def test_grid_covers_the_issue_and_keeps_accepted_within_k_plus_one():
     assert {c.B for c in configs if c.sweep == "batch"} >= {1, 64, 256}
     assert {c.ctx for c in configs if c.sweep == "ctx"} >= {1024, 262144}
     assert {c.mode for c in configs} == {"extend", "ngram", "global"}
-    assert max(c.active_slots for c in configs if c.mode == "global") == kernels.MAX_GLOBAL_SLOTS
+    assert max(c.active_slots for c in configs if c.mode == "global") == primitives.MAX_GLOBAL_SLOTS
     for c in configs:
         assert 1 <= c.accepted <= c.K + 1, c
 

@@ -197,7 +197,7 @@ def _time_config(cfg: Config, templates: _Templates, device: torch.device, steps
     steps = StepInputs(text, b, cfg.accepted, width, n_steps, seed, g, device)
     max_ngram = NGRAM_SIZE if cfg.mode == "ngram" else -1
 
-    def launch(i: int) -> None:
+    def launch(i: int, pool: SAKernelPool = pool) -> None:
         if cfg.mode == "global":
             pool.launch_global(b, cfg.K, max_ngram, accepted=steps.accepted[i], accepted_lens=steps.lens[i])
         else:

@@ -13,7 +13,7 @@ forms used by the tests: they check capacity on the host, stage ragged inputs, l
 copies.
 
 On a machine without a CUDA device the kernels run in the Triton interpreter on CPU tensors
-(``device="cpu"``; see :data:`.kernels.INTERPRETED`).
+(``device="cpu"``; see :data:`.primitives.INTERPRETED`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 import triton
 
 from specplan.calibration.sa_kernel import automaton as layout
-from specplan.calibration.sa_kernel import kernels
+from specplan.calibration.sa_kernel import kernels, primitives
 from specplan.errors import SpecplanError
 
 GLOBAL_SUFFIX_CAP = 64  # TRT kMaxGlobalSuffixLen
@@ -44,16 +44,16 @@ class SAKernelPool:
 
     def __init__(self, num_slots: int, max_seq_len: int, max_batch: int, max_draft_len: int,
                  device: str | torch.device = "cuda"):
-        if not 1 <= num_slots <= kernels.MAX_GLOBAL_SLOTS:
-            raise ValueError(f"num_slots must be in [1, {kernels.MAX_GLOBAL_SLOTS}], got {num_slots}")
-        if not 1 <= max_seq_len < kernels.MAX_CONTINUATION:
-            raise ValueError(f"max_seq_len must be in [1, {kernels.MAX_CONTINUATION}), got {max_seq_len}")
+        if not 1 <= num_slots <= primitives.MAX_GLOBAL_SLOTS:
+            raise ValueError(f"num_slots must be in [1, {primitives.MAX_GLOBAL_SLOTS}], got {num_slots}")
+        if not 1 <= max_seq_len < primitives.MAX_CONTINUATION:
+            raise ValueError(f"max_seq_len must be in [1, {primitives.MAX_CONTINUATION}), got {max_seq_len}")
         if not 1 <= max_batch <= num_slots:
             raise ValueError(f"max_batch must be in [1, num_slots={num_slots}], got {max_batch}")
         if max_draft_len < 1:
             raise ValueError(f"max_draft_len must be at least 1, got {max_draft_len}")
         self.device = torch.device(device)
-        if self.device.type == "cpu" and not kernels.INTERPRETED:
+        if self.device.type == "cpu" and not primitives.INTERPRETED:
             raise RuntimeError(
                 "SAKernelPool on the CPU needs the Triton interpreter, but TRITON_INTERPRET=0 was set when "
                 "specplan.calibration.sa_kernel.kernels was imported"
