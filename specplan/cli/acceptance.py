@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
         from specplan.acceptance.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
         from specplan.acceptance.drafters.settings import KINDS
         from specplan.config_rules import canonical_decoding_type
+        from specplan.errors import ConfigError
         from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):
@@ -86,17 +87,17 @@ def register(app: typer.Typer) -> None:
         if kind not in KINDS:
             raise typer.BadParameter(f"--drafter must be one of {', '.join(KINDS)} (or their lower-case spellings)")
         k = max_draft_len if max_draft_len is not None else default_k(kind, suffix_max_tree_depth)
-        if k < 1:
-            raise typer.BadParameter("--max-draft-len: a replay drafts K >= 1 tokens per step")
         # The same pydantic model as a scenario's speculation section: the same values are refused alike.
         settings = DrafterSettings(
-            kind=kind, max_draft_len=k, max_matching_ngram_size=max_matching_ngram_size, is_keep_all=is_keep_all,
+            kind=kind, source="specplan acceptance options", max_draft_len=k, max_matching_ngram_size=max_matching_ngram_size, is_keep_all=is_keep_all,
             is_use_oldest=is_use_oldest, is_public_pool=is_public_pool, enable_global_pool=enable_global_pool,
             global_pool_size=global_pool_size, prompt_lookup_min=prompt_lookup_min,
             prompt_lookup_max=prompt_lookup_max, suffix_max_tree_depth=suffix_max_tree_depth,
             suffix_max_cached_requests=suffix_max_cached_requests, suffix_max_spec_factor=suffix_max_spec_factor,
             suffix_max_spec_offset=suffix_max_spec_offset, suffix_min_token_prob=suffix_min_token_prob,
             pld_variant=pld_variant, eos_token_ids=tuple(eos_token_id))
+        if k == 0:
+            raise ConfigError("--max-draft-len: 0 drafts nothing; a replay needs K >= 1")
         requests = load_workload(trace)
         console = Console(stderr=fmt == "json")
         console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "

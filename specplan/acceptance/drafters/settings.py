@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specplan.config import SpeculationConfig, format_validation_error
+from specplan.config import SimConfig, SpeculationConfig, format_validation_error
 from specplan.config_rules import SA_MAX_GLOBAL_SLOTS, canonical_decoding_type, effective_lookup_range
 from specplan.errors import ConfigError
 
@@ -20,15 +20,18 @@ from specplan.errors import ConfigError
 KINDS = ("NGram", "SA", "vllm_ngram", "suffix", "pld")
 
 
-def speculation_from(kind: str, **fields: Any) -> SpeculationConfig:
-    """A validated ``SpeculationConfig`` for drafter ``kind`` (any accepted spelling) and fields;
-    a bad value is one ``ConfigError`` line naming the field."""
+def speculation_from(kind: str, source: str = "drafter settings", **fields: Any) -> SpeculationConfig:
+    """A validated ``SpeculationConfig`` for drafter ``kind`` (any accepted spelling) and fields.
+
+    Validated as a scenario's ``speculation`` section, so a bad value is the same one ``ConfigError``
+    line ``specplan simulate`` gives (``SOURCE: speculation.FIELD: ...``).
+    """
     from pydantic import ValidationError
 
     try:
-        return SpeculationConfig.model_validate({"decoding_type": kind, **fields})
+        return SimConfig.model_validate({"speculation": {"decoding_type": kind, **fields}}).speculation
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, "speculation")) from None
+        raise ConfigError(format_validation_error(exc, source)) from None
 
 
 class DrafterSettings:
@@ -41,9 +44,10 @@ class DrafterSettings:
 
     __slots__ = ("spec", "kind")
 
-    def __init__(self, kind: str = "NGram", spec: SpeculationConfig | None = None, **fields: Any) -> None:
+    def __init__(self, kind: str = "NGram", spec: SpeculationConfig | None = None, source: str = "drafter settings",
+                 **fields: Any) -> None:
         if spec is None:
-            spec = speculation_from(kind, **fields)
+            spec = speculation_from(kind, source, **fields)
         kind = canonical_decoding_type(spec.decoding_type)
         if kind not in KINDS:
             raise ConfigError(f"speculation.decoding_type: {kind!r} has no model-free drafter to replay; "
