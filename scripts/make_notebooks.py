@@ -1034,7 +1034,7 @@ NB05 = [
 
     from specplan.config import build_config
     from specplan.reports.analysis import pareto_front, seed_means
-    from specplan.sweeps import export
+    from specplan.engine_config import export
     from specplan.sweeps.records import RecordStore
     from specplan.sweeps.recommend import recommend
     from specplan.sweeps.runners import make_runner

@@ -144,6 +144,9 @@ class WorkloadConfig(_Section):
     output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
     categories: Optional[list[str]] = None
+    tokenizer: Optional[str] = Field(
+        None, description="model folder (tokenizer.json + tokenizer_config.json chat_template) for a text trace"
+    )
 
 
 class CostConfig(_Section):
@@ -271,13 +274,18 @@ def build_config(data: dict, source: str = "config") -> SimConfig:
         raise ConfigError(format_validation_error(exc, source)) from None
 
 
-def load_config(path=None, overrides: list[str] | None = None) -> SimConfig:
-    """The config at ``path`` (or the bundled default scenario) with ``--set`` overrides applied."""
+def load_config(path=None, overrides: list[str] | None = None, engine_config=None) -> SimConfig:
+    """The config at ``path`` (or the bundled default scenario), then the sections read from an
+    engine config file (``--engine-config``), then ``--set`` overrides."""
     from pathlib import Path
 
     if path is None:
         path = Path(__file__).parent / "data" / "default.yaml"
     data = read_yaml(path)
+    if engine_config is not None:
+        from specplan.engine_config import import_engine_config, merge_sections
+
+        data = merge_sections(data, import_engine_config(engine_config).sections)
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
     return build_config(data, str(path))
