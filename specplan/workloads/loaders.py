@@ -16,6 +16,9 @@ format                    file                                                 d
 ``chat``                  JSONL/JSON ``messages`` (OpenAI) or ``conversations`` (ShareGPT)  llama3, llama-3
 ========================  ===================================================  ===================
 
+Benchmark datasets and production traces (``trtllm-bench``, ``vllm-sharegpt``, ``vllm-custom``,
+``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
+
 Loaders build the whole list before returning; any malformed record raises TraceError naming the
 file, line and field.
 """
@@ -30,9 +33,11 @@ from typing import Callable, Sequence
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.bundled import bundled_traces, get_bundled
 from specplan.workloads.chat_templates import ChatTemplate, Message, get_template
+from specplan.workloads.datasets import load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt
 from specplan.workloads.records import Where, check_value, first_record, get_field, iter_records, read_text
 from specplan.workloads.request import Request
 from specplan.workloads.tokenization import Tokenizer, get_tokenizer
+from specplan.workloads.timed import load_azure, load_mooncake
 from specplan.workloads.tokentrace import read_token_trace
 
 #: Output length limit of the FastChat / Spec-Bench generation scripts (``max_new_tokens``).
@@ -322,7 +327,7 @@ def load_chat(path: str | os.PathLike, *, tokenizer: "str | Tokenizer" = "llama3
 
 
 #: format name -> loader; every loader takes the path first and ``tokenizer=``/``template=`` options
-#: (except ``tokens``, which needs neither).
+#: (except ``tokens``, already tokenized, and the length-only traces of :data:`LENGTH_ONLY`).
 FORMATS: dict[str, Callable[..., list[Request]]] = {
     "tokens": read_token_trace,
     "fastchat": load_fastchat,
@@ -330,7 +335,13 @@ FORMATS: dict[str, Callable[..., list[Request]]] = {
     "prompt-response": load_prompt_response,
     "wmt": load_wmt,
     "chat": load_chat,
+    "trtllm-bench": load_trtllm_bench,
+    "vllm-sharegpt": load_vllm_sharegpt,
+    "vllm-custom": load_vllm_custom,
+    "azure": load_azure,
+    "mooncake": load_mooncake,
 }
+LENGTH_ONLY = ("azure", "mooncake")
 #: Other names a user may give for a format.
 FORMAT_ALIASES = {"specbench": "fastchat", "mtbench": "fastchat", "aider": "prompt-response", "openai": "chat", "sharegpt": "chat"}
 
@@ -340,11 +351,14 @@ def sniff_format(path: str | os.PathLike) -> str:
     path = Path(path)
     if path.name.endswith(".txt"):
         return "wmt"
+    if path.name.endswith(".csv"):
+        return "azure"
     rec = first_record(path)
     keys = set(rec) if isinstance(rec, dict) else set()
     for fmt, needed in (("tokens", {"prompt_ids", "output_ids"}), ("fastchat", {"question_id", "choices"}),
                         ("chat", {"messages"}), ("chat", {"conversations"}), ("alpacaeval", {"instruction", "output"}),
-                        ("prompt-response", {"prompt", "response"})):
+                        ("prompt-response", {"prompt", "response"}), ("mooncake", {"hash_ids", "input_length"}),
+                        ("trtllm-bench", {"task_id", "output_tokens"}), ("vllm-custom", {"prompt"})):
         if needed <= keys:
             return fmt
     raise TraceError(f"{path}:1: cannot tell the trace format from fields {sorted(keys)}; pass a format ({', '.join(FORMATS)})")
@@ -357,6 +371,8 @@ def load_file(path: str | os.PathLike, format: str | None = None, **options) -> 
         raise ConfigError(f"format: unknown trace format {format!r}: choose one of {', '.join([*FORMATS, *FORMAT_ALIASES])}")
     if fmt == "tokens" and options:
         raise ConfigError(f"format: a token trace is already tokenized; {', '.join(options)} do not apply")
+    if fmt in LENGTH_ONLY and options:
+        raise ConfigError(f"format: a {fmt} trace holds lengths only; {', '.join(options)} do not apply")
     return FORMATS[fmt](path, **options)
 
 

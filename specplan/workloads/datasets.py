@@ -1,0 +1,157 @@
+"""Benchmark datasets and production traces as requests.
+
+Two kinds of data come in. **With responses** (a ShareGPT answer), the output tokens are the real
+answer's, so the drafters replay exactly. **Prompt-only** (trtllm-bench's requested output lengths,
+``vllm bench`` custom prompts, timestamped traces with lengths only) has no answer: its output
+tokens are placeholders (``meta["prompt_only"]``) and a scenario must take acceptance from a
+parametric or recorded source (``acceptance.mode`` ``alpha``, ``per_position``, ``length_dist`` or
+``recorded``); ``drafter`` is refused for them.
+
+==================  ====================================================================================
+format              file
+==================  ====================================================================================
+``trtllm-bench``    JSON lines of ``InferenceRequest`` (``tensorrt_llm/bench/dataclasses/general.py``):
+                    ``task_id``, ``output_tokens`` and ``input_ids`` (alias ``logits``) or ``prompt``;
+                    a prompt is tokenized as ``trtllm-bench`` does, ``tokenizer(prompt)`` with the
+                    tokenizer's special tokens (BOS), no chat template. Prompt-only.
+``vllm-sharegpt``   ``vllm bench --dataset-name sharegpt`` (``vllm/benchmarks/datasets.py``,
+                    ``ShareGPTDataset``): a JSON array of ``{"conversations": [...]}``, of which only
+                    the first two turns are used: the first as the prompt (chat template applied, as
+                    the chat endpoint does), the second as the answer. Exact replay.
+``vllm-custom``     ``vllm bench --dataset-name custom`` (``CustomDataset``): JSON lines with ``prompt``,
+                    chat template applied; ``output_tokens`` per line or the ``output_len`` option
+                    (vLLM's ``--custom-output-len`` default 256). Prompt-only.
+==================  ====================================================================================
+
+Timestamped traces (Azure LLM inference CSV, Mooncake JSONL) are in ``specplan.workloads.timed``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from specplan.errors import ConfigError, TraceError
+from specplan.workloads.chat_templates import ChatTemplate
+from specplan.workloads.records import Where, get_field, iter_records
+from specplan.workloads.request import Request
+from specplan.workloads.tokenization import HFTokenizer, Tokenizer
+
+#: vLLM ``CustomDataset`` output length when the command line gives none (``--custom-output-len``).
+VLLM_CUSTOM_OUTPUT_LEN = 256
+PROMPT_ONLY_NOTE = ("prompt-only data (no responses): set acceptance.mode to alpha, per_position, length_dist "
+                    "or recorded; the drafters have no answer to replay")
+
+
+def prompt_only_request(rid: str, prompt_ids, output_len: int, **fields) -> Request:
+    """A request whose output is ``output_len`` placeholder tokens (id 0), marked prompt-only."""
+    meta = {"prompt_only": True, **fields.pop("meta", {})}
+    return Request(rid, prompt_ids, np.zeros(output_len, dtype=np.int32), meta=meta, **fields)
+
+
+def _folder(tokenizer, template, fmt: str) -> tuple[Tokenizer, ChatTemplate]:
+    if tokenizer is None or template is None:
+        raise ConfigError(f"format {fmt}: text prompts need the model's tokenizer and chat template; "
+                          "set workload.tokenizer to the model folder")
+    from specplan.workloads.chat_templates import get_template
+    from specplan.workloads.tokenization import get_tokenizer
+
+    return get_tokenizer(tokenizer), get_template(template)
+
+
+def _ids(value, where: Where, field: str) -> list[int]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                           for t in value):
+        raise where.error("must be a non-empty list of token ids >= 0", field)
+    return value
+
+
+def _positive(rec: dict, field: str, where: Where) -> int:
+    value = get_field(rec, field, int, where)
+    if value < 1:
+        raise where.error(f"must be >= 1, got {value}", field)
+    return value
+
+
+def load_trtllm_bench(path: str | os.PathLike, *, tokenizer=None, template=None) -> list[Request]:
+    """A ``trtllm-bench`` dataset (``prepare_dataset.py`` output): one request per line."""
+    path = Path(path)
+    out = []
+    for where, rec in iter_records(path):
+        if not isinstance(rec, dict):
+            raise where.error("expected an object with task_id, output_tokens and input_ids or prompt")
+        tid = get_field(rec, "task_id", int, where)
+        olen = _positive(rec, "output_tokens", where)
+        ids_field = "input_ids" if "input_ids" in rec else "logits" if "logits" in rec else None
+        if ids_field is not None:
+            prompt = _ids(rec[ids_field], where, ids_field)
+        elif isinstance(rec.get("prompt"), str):
+            tok = tokenizer if isinstance(tokenizer, HFTokenizer) else None
+            if tok is None:
+                raise ConfigError(f"{path}: prompts as text need the model folder's tokenizer.json "
+                                  "(workload.tokenizer), as trtllm-bench tokenizes them")
+            prompt = tok.tok.encode(rec["prompt"], add_special_tokens=True).ids  # tokenizer(prompt): BOS added
+        else:
+            raise where.error("missing field 'input_ids' or 'prompt'")
+        out.append(prompt_only_request(f"task-{tid}", prompt, olen))
+    return _checked(out, path)
+
+
+def load_vllm_sharegpt(path: str | os.PathLike, *, tokenizer=None, template=None) -> list[Request]:
+    """``vllm bench`` ShareGPT: first turn as the prompt, second as the answer (exact replay).
+    Conversations with fewer than two turns are skipped, as vLLM does."""
+    path = Path(path)
+    tok, tmpl = _folder(tokenizer, template, "vllm-sharegpt")
+    eot = tok.token_id(tmpl.end_of_turn)
+    out = []
+    for where, rec in iter_records(path):
+        conv = get_field(rec, "conversations", list, where) if isinstance(rec, dict) else None
+        if conv is None:
+            raise where.error("expected an object with 'conversations'")
+        if len(conv) < 2:
+            continue
+        texts = []
+        for i in (0, 1):
+            if not isinstance(conv[i], dict) or not isinstance(conv[i].get("value"), str):
+                raise where.error("must hold a string 'value'", f"conversations[{i}]")
+            texts.append(conv[i]["value"])
+        prompt = tok.encode_prompt(tmpl.render([("user", texts[0])], add_generation_prompt=True))
+        answer = tok.encode(texts[1]) + [eot]
+        rid = str(rec.get("id", f"line{where.line}"))
+        out.append(Request(rid, prompt, answer))
+    return _checked(out, path)
+
+
+def load_vllm_custom(path: str | os.PathLike, *, tokenizer=None, template=None,
+                     output_len: int = VLLM_CUSTOM_OUTPUT_LEN) -> list[Request]:
+    """``vllm bench`` custom JSONL: ``{"prompt", "output_tokens"?}`` per line, chat template applied."""
+    path = Path(path)
+    tok, tmpl = _folder(tokenizer, template, "vllm-custom")
+    out = []
+    for where, rec in iter_records(path):
+        text = get_field(rec, "prompt", str, where, nonempty=True) if isinstance(rec, dict) else None
+        if text is None:
+            raise where.error("expected an object with 'prompt'")
+        olen = _positive(rec, "output_tokens", where) if "output_tokens" in rec else output_len
+        prompt = tok.encode_prompt(tmpl.render([("user", text)], add_generation_prompt=True))
+        out.append(prompt_only_request(str(rec.get("id", f"line{where.line}")), prompt, olen))
+    return _checked(out, path)
+
+
+def _checked(requests: list[Request], path: Path) -> list[Request]:
+    if not requests:
+        raise TraceError(f"{path}: no requests in the file")
+    seen = set()
+    for r in requests:
+        if r.id in seen:
+            raise TraceError(f"{path}: duplicate request id '{r.id}'")
+        seen.add(r.id)
+    return requests
+
+
+def check_acceptance_source(requests, mode: str) -> None:
+    """Refuse exact drafter replay over placeholder outputs (prompt-only data), naming the fix."""
+    if mode == "drafter" and any(r.meta.get("prompt_only") for r in requests):
+        raise ConfigError(f"acceptance.mode: {PROMPT_ONLY_NOTE}")
