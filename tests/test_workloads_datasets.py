@@ -5,14 +5,13 @@ import json
 
 import numpy as np
 import pytest
+from test_workloads_model_folder import make_folder
 
 from specplan.config import build_config
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.loaders import load_workload, sniff_format
 from specplan.workloads.model_folder import ModelFolder
 from specplan.workloads.timed import MOONCAKE_BLOCK, block_tokens
-
-from test_workloads_model_folder import make_folder
 
 
 def write_lines(path, records):
@@ -46,7 +45,7 @@ def test_vllm_sharegpt_takes_the_first_two_turns(tmp_path):
     ]))
     folder = ModelFolder(tmp_path / "m")
     (req,) = load_workload(path, format="vllm-sharegpt", tokenizer=folder.tokenizer, template=folder.template)
-    enc = lambda t: tok.encode(t, add_special_tokens=False).ids  # noqa: E731
+    enc = lambda t: tok.encode(t, add_special_tokens=False).ids
     assert req.prompt_ids.tolist() == folder.encode_chat([("user", "Hi there")])
     assert req.output_ids.tolist() == enc("Fine thanks.") + [1]  # answer + eos <|im_end|>
     assert "prompt_only" not in req.meta

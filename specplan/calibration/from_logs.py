@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import yaml
@@ -65,7 +65,7 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
     return out
 
 
-def _counter(samples: dict, name: str) -> Optional[float]:
+def _counter(samples: dict, name: str) -> float | None:
     """A counter summed over its label sets (engines, models), under either exported name."""
     for key in (f"{name}_total", name):
         if key in samples:
@@ -73,7 +73,7 @@ def _counter(samples: dict, name: str) -> Optional[float]:
     return None
 
 
-def _histogram_mean(samples: dict, *names: str) -> Optional[float]:
+def _histogram_mean(samples: dict, *names: str) -> float | None:
     for name in names:
         total, count = _counter(samples, f"{name}_sum"), _counter(samples, f"{name}_count")
         if total is not None and count:
@@ -119,7 +119,7 @@ def vllm_acceptance(texts: Sequence[tuple[str, str]]) -> dict:
     return out
 
 
-def _mean(values: Iterable[Optional[float]]) -> Optional[float]:
+def _mean(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
 
@@ -156,7 +156,7 @@ def _iid_alpha(mean_accepted: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def trtllm_calibration(texts: Sequence[tuple[str, str]]) -> tuple[Optional[dict], Optional[dict]]:
+def trtllm_calibration(texts: Sequence[tuple[str, str]]) -> tuple[dict | None, dict | None]:
     """Acceptance (or None without speculative iterations) and the linear cost fit (or None with
     fewer than four timed iterations) from TensorRT-LLM iteration-stats files."""
     n_tok, n_seq, secs = [], [], []

@@ -22,10 +22,14 @@ import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from specplan.engine_config.export import (TRTLLM_FIELDS, VLLM_FIELDS, validate_trtllm_speculative_config,
-                                           validate_vllm_speculative_config)
+from specplan.engine_config.export import (
+    TRTLLM_FIELDS,
+    VLLM_FIELDS,
+    validate_trtllm_speculative_config,
+    validate_vllm_speculative_config,
+)
 from specplan.errors import ConfigError
 
 #: vLLM method -> specplan decoding_type.
@@ -174,7 +178,7 @@ _SWITCHES = {"enable-chunked-prefill", "no-enable-chunked-prefill", "enable_chun
              "trust_remote_code", "enforce-eager", "async-scheduling", "disable-log-requests", "disable-log-stats"}
 
 
-def _options(args: list[str], source: str) -> tuple[list[str], list[tuple[str, Optional[str]]]]:
+def _options(args: list[str]) -> tuple[list[str], list[tuple[str, str | None]]]:
     """Positional arguments and ``(flag, value)`` pairs (``--a=b``, ``--a b`` or a bare switch)."""
     positional, flags, i = [], [], 0
     while i < len(args):
@@ -195,7 +199,7 @@ def _options(args: list[str], source: str) -> tuple[list[str], list[tuple[str, O
     return positional, flags
 
 
-def _int_flag(value: Optional[str], flag: str) -> int:
+def _int_flag(value: str | None, flag: str) -> int:
     try:
         return _int(int(value), f"--{flag}")
     except (TypeError, ValueError):
@@ -204,7 +208,7 @@ def _int_flag(value: Optional[str], flag: str) -> int:
 
 def vllm_command(args: list[str], source: str, result: ImportResult) -> None:
     """``vllm serve MODEL --flag value ...`` (dashes and underscores both accepted, as vLLM does)."""
-    positional, flags = _options(args, source)
+    positional, flags = _options(args)
     for p in positional:
         result.ignore(p, _MODEL_NOTE)
     for raw, value in flags:
@@ -227,7 +231,7 @@ def vllm_command(args: list[str], source: str, result: ImportResult) -> None:
 def trtllm_command(args: list[str], source: str, result: ImportResult, root: Path) -> None:
     """``trtllm-serve MODEL --flag value ... [--extra_llm_api_options FILE]`` (the file read as well,
     its settings applied after the flags, as ``trtllm-serve`` merges them)."""
-    positional, flags = _options(args, source)
+    positional, flags = _options(args)
     for p in positional:
         result.ignore(p, _MODEL_NOTE)
     extra = None

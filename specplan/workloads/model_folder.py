@@ -16,10 +16,10 @@ own is the folder's ``eos_token``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from specplan.errors import ConfigError
 from specplan.workloads.chat_templates import ChatTemplate, Message
@@ -50,9 +50,9 @@ def _template_source(config: dict, where: str) -> str:
 
 def _environment():
     try:
+        from jinja2.exceptions import TemplateError
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
-        from jinja2.exceptions import TemplateError
     except ImportError:
         raise ConfigError("workload.tokenizer: the Python package 'jinja2' is not installed (pip install jinja2)") from None
 
