@@ -147,6 +147,7 @@ class WorkloadConfig(_Section):
     tokenizer: Optional[str] = Field(
         None, description="model folder (tokenizer.json + tokenizer_config.json chat_template) for a text trace"
     )
+    format: Optional[str] = Field(None, description="trace file format (vllm-sharegpt, trtllm-bench, azure, ...); null: sniffed")
 
 
 class CostConfig(_Section):

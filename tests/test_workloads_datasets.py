@@ -105,3 +105,20 @@ def test_prompt_only_needs_a_parametric_acceptance(tmp_path):
     r = simulate(build_config({**base, "acceptance": {"mode": "alpha", "alpha": 0.5}}))
     assert r.summary["completed_requests"] == 4 and r.summary["output_tokens"] == 80
     assert r.requests["arrival_s"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_scenario_names_format_and_folder(tmp_path):
+    from specplan.config import WorkloadConfig
+    from specplan.workloads.traffic import build_requests
+
+    make_folder(tmp_path / "m")
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([{"id": f"s{i}", "conversations": [{"from": "human", "value": "Hi there"},
+                                                                   {"from": "gpt", "value": "Fine thanks."},
+                                                                   {"from": "human", "value": "And you?"},
+                                                                   {"from": "gpt", "value": "Fine."}]} for i in range(2)]))
+    cfg = WorkloadConfig(trace=str(path), format="vllm-sharegpt", tokenizer=str(tmp_path / "m"), num_requests=2)
+    reqs = build_requests(cfg, seed=0)
+    assert sorted(r.id for r in reqs) == ["s0", "s1"]  # one request per conversation: turns 0 and 1 only
+    # the chat loader (sniffed) keeps every turn: two requests per conversation
+    assert len(load_workload(path, tokenizer=str(tmp_path / "m"))) == 4

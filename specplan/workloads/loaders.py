@@ -392,7 +392,9 @@ def load_workload(
 
     A path's format is sniffed from its name and first record unless ``format`` is given
     (:data:`FORMATS`, :data:`FORMAT_ALIASES`); ``tokenizer`` and ``template`` override the format's
-    defaults for text traces. Bundled traces are pre-tokenized and need no tokenizer.
+    defaults for text traces. A model folder given as ``tokenizer`` without a ``template`` brings its
+    own chat template (``specplan.workloads.model_folder``). Bundled traces are pre-tokenized and
+    need no tokenizer.
     """
     spec = str(name_or_path)
     if spec in bundled_traces("workload") and format is None and tokenizer is None and template is None:
@@ -401,5 +403,10 @@ def load_workload(
     if not path.exists():
         names = ", ".join(bundled_traces("workload")) or "none"
         raise TraceError(f"{spec}: no bundled trace of that name and no such file (bundled: {names})")
+    if template is None and isinstance(tokenizer, (str, os.PathLike)) and (Path(tokenizer) / "tokenizer_config.json").is_file():
+        from specplan.workloads.model_folder import model_folder
+
+        folder = model_folder(str(tokenizer))
+        tokenizer, template = folder.tokenizer, folder.template
     options = {k: v for k, v in (("tokenizer", tokenizer), ("template", template)) if v is not None}
     return load_file(path, format, **options)

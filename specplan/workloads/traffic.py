@@ -109,7 +109,7 @@ def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[
         return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
     from specplan.workloads.model_folder import workload_options
 
-    requests = load_workload(cfg.trace, **workload_options(cfg.tokenizer, cfg.trace))
+    requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace))
     if cfg.categories is not None:
         present = sorted({r.category for r in requests if r.category is not None})
         unknown = [c for c in cfg.categories if c not in present]
