@@ -9,6 +9,7 @@ from test_workloads_model_folder import make_folder
 
 from specplan.config import build_config
 from specplan.errors import ConfigError, TraceError
+from specplan.workloads.datasets import load_vllm_sonnet
 from specplan.workloads.loaders import load_workload, sniff_format
 from specplan.workloads.model_folder import ModelFolder
 from specplan.workloads.timed import MOONCAKE_BLOCK, block_tokens
@@ -122,3 +123,32 @@ def test_scenario_names_format_and_folder(tmp_path):
     assert sorted(r.id for r in reqs) == ["s0", "s1"]  # one request per conversation: turns 0 and 1 only
     # the chat loader (sniffed) keeps every turn: two requests per conversation
     assert len(load_workload(path, tokenizer=str(tmp_path / "m"))) == 4
+
+
+def test_vllm_sonnet_draws_lines_as_vllm_bench(tmp_path):
+    import random
+
+    tok = make_folder(tmp_path / "m")
+    lines = [f"Fine thanks line {i}.\n" for i in range(12)]
+    path = tmp_path / "sonnet.txt"
+    path.write_text("".join(lines))
+    folder = ModelFolder(tmp_path / "m")
+
+    def count(text):  # vLLM counts tokenizer(text).input_ids
+        return len(tok.encode(text).ids)
+
+    base_text = folder.render([("user", "Pick as many lines as you can from these poem lines:\n")])
+    avg = sum(count(line) for line in lines) / len(lines)
+    input_len, prefix_len = count(base_text) + round(6 * avg), count(base_text) + round(2 * avg)
+    reqs = load_vllm_sonnet(path, tokenizer=folder.tokenizer, template=folder.template, input_len=input_len,
+                            prefix_len=prefix_len, num_requests=5, output_len=7)
+    assert len(reqs) == 5 and all(r.output_len == 7 and r.meta["prompt_only"] for r in reqs)
+    rng = random.Random(0)  # vllm bench --seed 0: random.seed(0), then random.choices per draw
+    kept = []
+    while len(kept) < 5:  # 6 lines: the first 2 shared, 4 drawn; longer prompts dropped
+        text = folder.render([("user", "Pick as many lines as you can from these poem lines:\n"
+                                       + "".join(lines[:2] + rng.choices(lines, k=4)))])
+        if count(text) <= input_len:
+            kept.append(text)
+    assert [r.prompt_ids.tolist() for r in reqs] == [tok.encode(t, add_special_tokens=False).ids for t in kept]
+    assert all(tok.decode(r.prompt_ids.tolist(), skip_special_tokens=False).count("Fine thanks line") == 6 for r in reqs)

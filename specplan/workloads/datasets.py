@@ -21,6 +21,8 @@ format              file
 ``vllm-custom``     ``vllm bench --dataset-name custom`` (``CustomDataset``): JSON lines with ``prompt``,
                     chat template applied; ``output_tokens`` per line or the ``output_len`` option
                     (vLLM's ``--custom-output-len`` default 256). Prompt-only.
+``vllm-sonnet``     ``vllm bench --dataset-name sonnet`` (``SonnetDataset``) over a poem-lines text file
+                    (see :func:`load_vllm_sonnet`). Prompt-only.
 ==================  ====================================================================================
 
 Timestamped traces (Azure LLM inference CSV, Mooncake JSONL) are in ``specplan.workloads.timed``.
@@ -29,6 +31,7 @@ Timestamped traces (Azure LLM inference CSV, Mooncake JSONL) are in ``specplan.w
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +141,54 @@ def load_vllm_custom(path: str | os.PathLike, *, tokenizer=None, template=None,
         prompt = tok.encode_prompt(tmpl.render([("user", text)], add_generation_prompt=True))
         out.append(prompt_only_request(str(rec.get("id", f"line{where.line}")), prompt, olen))
     return _checked(out, path)
+
+
+#: ``vllm bench`` sonnet defaults (``SonnetDataset``, ``--num-prompts``, ``--seed``).
+SONNET_BASE_PROMPT = "Pick as many lines as you can from these poem lines:\n"
+SONNET_DEFAULTS = {"input_len": 550, "prefix_len": 200, "output_len": 150, "num_requests": 1000, "seed": 0}
+
+
+def load_vllm_sonnet(path: str | os.PathLike, *, tokenizer=None, template=None, **options) -> list[Request]:
+    """``vllm bench --dataset-name sonnet``: prompts of poem lines, drawn as ``SonnetDataset.sample``
+    draws them. The first ``round((prefix_len - base) / avg)`` lines are a shared prefix, then
+    ``random.choices`` adds lines up to ``round((input_len - base) / avg)`` (``base`` the templated
+    instruction's length, ``avg`` the mean line length, both counted as ``tokenizer(text)`` counts,
+    special tokens included); a draw whose templated prompt is longer than ``input_len`` is
+    discarded. ``random`` is seeded with ``seed`` as ``vllm bench`` seeds it (``--seed``, default 0).
+    Prompt-only, ``output_len`` tokens each."""
+    path = Path(path)
+    unknown = set(options) - set(SONNET_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"format vllm-sonnet: unknown option {sorted(unknown)[0]!r} (options: {', '.join(SONNET_DEFAULTS)})")
+    o = {**SONNET_DEFAULTS, **options}
+    tok, tmpl = _folder(tokenizer, template, "vllm-sonnet")
+    if not isinstance(tok, HFTokenizer):
+        raise ConfigError("format vllm-sonnet: needs the model folder's tokenizer.json (workload.tokenizer)")
+    from specplan.workloads.records import read_text
+
+    lines = read_text(path).splitlines(keepends=True)
+    if not lines:
+        raise TraceError(f"{path}: no poem lines")
+
+    def count(text: str) -> int:  # tokenizer(text).input_ids: special tokens added
+        return len(tok.tok.encode(text, add_special_tokens=True).ids)
+
+    def templated(text: str) -> str:
+        return tmpl.render([("user", text)], add_generation_prompt=True)
+
+    avg = sum(count(line) for line in lines) / len(lines)
+    base = count(templated(SONNET_BASE_PROMPT))
+    if o["input_len"] <= base:
+        raise ConfigError(f"format vllm-sonnet: input_len must exceed the base prompt's {base} tokens")
+    n_input = round((o["input_len"] - base) / avg)
+    prefix = lines[:max(round((o["prefix_len"] - base) / avg), 0)]
+    rng = random.Random(o["seed"])
+    out: list[Request] = []
+    while len(out) < o["num_requests"]:
+        text = templated(SONNET_BASE_PROMPT + "".join(prefix + rng.choices(lines, k=n_input - len(prefix))))
+        if count(text) <= o["input_len"]:
+            out.append(prompt_only_request(f"sonnet-{len(out)}", tok.encode_prompt(text), o["output_len"]))
+    return out
 
 
 def _checked(requests: list[Request], path: Path) -> list[Request]:

@@ -17,7 +17,7 @@ format                    file                                                 d
 ========================  ===================================================  ===================
 
 Benchmark datasets and production traces (``trtllm-bench``, ``vllm-sharegpt``, ``vllm-custom``,
-``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
+``vllm-sonnet``, ``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
 
 Loaders build the whole list before returning; any malformed record raises TraceError naming the
 file, line and field.
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.bundled import bundled_traces, get_bundled
 from specplan.workloads.chat_templates import ChatTemplate, Message, get_template
-from specplan.workloads.datasets import load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt
+from specplan.workloads.datasets import load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt, load_vllm_sonnet
 from specplan.workloads.records import Where, check_value, first_record, get_field, iter_records, read_text
 from specplan.workloads.request import Request
 from specplan.workloads.tokenization import Tokenizer, get_tokenizer
@@ -338,6 +338,7 @@ FORMATS: dict[str, Callable[..., list[Request]]] = {
     "trtllm-bench": load_trtllm_bench,
     "vllm-sharegpt": load_vllm_sharegpt,
     "vllm-custom": load_vllm_custom,
+    "vllm-sonnet": load_vllm_sonnet,
     "azure": load_azure,
     "mooncake": load_mooncake,
 }
