@@ -157,3 +157,12 @@ def test_bad_engine_configs_name_the_field(tmp_path, text, field):
     assert field in run.stderr and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
     with pytest.raises(ConfigError):
         import_engine_config(path)
+
+
+@pytest.mark.parametrize("name, engine, k", [("extra_llm_api_options.yaml", "trtllm", 5), ("vllm_serve.sh", "vllm", 3)])
+def test_example_engine_configs(name, engine, k):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "engine_configs" / name
+    cfg = load_config(None, engine_config=path)
+    assert cfg.engine.engine == engine and cfg.speculation.max_draft_len == k
