@@ -152,3 +152,20 @@ def test_vllm_sonnet_draws_lines_as_vllm_bench(tmp_path):
             kept.append(text)
     assert [r.prompt_ids.tolist() for r in reqs] == [tok.encode(t, add_special_tokens=False).ids for t in kept]
     assert all(tok.decode(r.prompt_ids.tolist(), skip_special_tokens=False).count("Fine thanks line") == 6 for r in reqs)
+
+
+def test_openai_requests_prompt_only(tmp_path):
+    make_folder(tmp_path / "m")
+    path = write_lines(tmp_path / "batch.jsonl", [
+        {"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "m", "messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 12}},
+        {"custom_id": "q2", "body": {"messages": [{"role": "system", "content": "You are terse."},
+                                                  {"role": "user", "content": "And you?"}], "max_completion_tokens": 3}},
+    ])
+    assert sniff_format(path) == "openai-requests"
+    a, b = load_workload(path, tokenizer=str(tmp_path / "m"))
+    folder = ModelFolder(tmp_path / "m")
+    assert (a.id, a.output_len, b.id, b.output_len) == ("q1", 12, "q2", 3)
+    assert a.prompt_ids.tolist() == folder.encode_chat([("user", "Hi there")])
+    assert b.prompt_ids.tolist() == folder.encode_chat([("system", "You are terse."), ("user", "And you?")])
+    assert a.meta["prompt_only"]

@@ -21,6 +21,8 @@ format              file
 ``vllm-custom``     ``vllm bench --dataset-name custom`` (``CustomDataset``): JSON lines with ``prompt``,
                     chat template applied; ``output_tokens`` per line or the ``output_len`` option
                     (vLLM's ``--custom-output-len`` default 256). Prompt-only.
+``openai-requests`` OpenAI chat-completion request bodies or Batch API lines (:func:`load_openai_requests`).
+                    Prompt-only.
 ``vllm-sonnet``     ``vllm bench --dataset-name sonnet`` (``SonnetDataset``) over a poem-lines text file
                     (see :func:`load_vllm_sonnet`). Prompt-only.
 ==================  ====================================================================================
@@ -140,6 +142,33 @@ def load_vllm_custom(path: str | os.PathLike, *, tokenizer=None, template=None,
         olen = _positive(rec, "output_tokens", where) if "output_tokens" in rec else output_len
         prompt = tok.encode_prompt(tmpl.render([("user", text)], add_generation_prompt=True))
         out.append(prompt_only_request(str(rec.get("id", f"line{where.line}")), prompt, olen))
+    return _checked(out, path)
+
+
+def load_openai_requests(path: str | os.PathLike, *, tokenizer=None, template=None,
+                         output_len: int = VLLM_CUSTOM_OUTPUT_LEN) -> list[Request]:
+    """OpenAI chat-completion requests, one per line: a request body ``{"messages", "max_tokens"?}``
+    or a Batch API line ``{"custom_id", "body": {...}}``. The messages (no answer) are the prompt,
+    chat template applied; ``max_completion_tokens`` / ``max_tokens`` is the output length (else
+    ``output_len``). Prompt-only: ask for the answers and use format ``chat`` for exact replay."""
+    from specplan.workloads.loaders import _chat_messages
+
+    path = Path(path)
+    tok, tmpl = _folder(tokenizer, template, "openai-requests")
+    out = []
+    for where, rec in iter_records(path):
+        body = rec.get("body", rec) if isinstance(rec, dict) else None
+        if not isinstance(body, dict) or "messages" not in body:
+            raise where.error("expected a request body with 'messages' (or a Batch API line with 'body')")
+        messages = _chat_messages(body, where)
+        if messages[-1][0] == "assistant":
+            raise where.error("ends with an assistant message: a request asks for the next answer", "messages")
+        olen = next((body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), output_len)
+        if not isinstance(olen, int) or isinstance(olen, bool) or olen < 1:
+            raise where.error(f"must be an integer >= 1, got {olen!r}", "max_tokens")
+        prompt = tok.encode_prompt(tmpl.render(messages, add_generation_prompt=True))
+        rid = str(rec.get("custom_id", rec.get("id", f"line{where.line}")))
+        out.append(prompt_only_request(rid, prompt, olen))
     return _checked(out, path)
 
 

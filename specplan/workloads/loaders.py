@@ -17,7 +17,7 @@ format                    file                                                 d
 ========================  ===================================================  ===================
 
 Benchmark datasets and production traces (``trtllm-bench``, ``vllm-sharegpt``, ``vllm-custom``,
-``vllm-sonnet``, ``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
+``vllm-sonnet``, ``openai-requests``, ``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
 
 Loaders build the whole list before returning; any malformed record raises TraceError naming the
 file, line and field.
@@ -33,7 +33,8 @@ from typing import Callable, Sequence
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.bundled import bundled_traces, get_bundled
 from specplan.workloads.chat_templates import ChatTemplate, Message, get_template
-from specplan.workloads.datasets import load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt, load_vllm_sonnet
+from specplan.workloads.datasets import (load_openai_requests, load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt,
+                                        load_vllm_sonnet)
 from specplan.workloads.records import Where, check_value, first_record, get_field, iter_records, read_text
 from specplan.workloads.request import Request
 from specplan.workloads.tokenization import Tokenizer, get_tokenizer
@@ -339,6 +340,7 @@ FORMATS: dict[str, Callable[..., list[Request]]] = {
     "vllm-sharegpt": load_vllm_sharegpt,
     "vllm-custom": load_vllm_custom,
     "vllm-sonnet": load_vllm_sonnet,
+    "openai-requests": load_openai_requests,
     "azure": load_azure,
     "mooncake": load_mooncake,
 }
@@ -359,7 +361,8 @@ def sniff_format(path: str | os.PathLike) -> str:
     for fmt, needed in (("tokens", {"prompt_ids", "output_ids"}), ("fastchat", {"question_id", "choices"}),
                         ("chat", {"messages"}), ("chat", {"conversations"}), ("alpacaeval", {"instruction", "output"}),
                         ("prompt-response", {"prompt", "response"}), ("mooncake", {"hash_ids", "input_length"}),
-                        ("trtllm-bench", {"task_id", "output_tokens"}), ("vllm-custom", {"prompt"})):
+                        ("trtllm-bench", {"task_id", "output_tokens"}), ("openai-requests", {"custom_id", "body"}),
+                        ("vllm-custom", {"prompt"})):
         if needed <= keys:
             return fmt
     raise TraceError(f"{path}:1: cannot tell the trace format from fields {sorted(keys)}; pass a format ({', '.join(FORMATS)})")
