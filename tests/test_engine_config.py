@@ -166,3 +166,24 @@ def test_example_engine_configs(name, engine, k):
     path = Path(__file__).resolve().parent.parent / "examples" / "engine_configs" / name
     cfg = load_config(None, engine_config=path)
     assert cfg.engine.engine == engine and cfg.speculation.max_draft_len == k
+
+
+def test_sweep_takes_the_engine_config_over_its_base(tmp_path):
+    import pandas as pd
+
+    opts = tmp_path / "spec.json"
+    opts.write_text(VLLM_JSON)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "base": {"workload": {"trace": None, "num_requests": 4, "prompt_len": 8, "output_len": 8},
+                 "acceptance": {"mode": "alpha"}, "cost": {"model": "linear_gamma"}},
+        "grid": {"workload.rate": [1.0]}, "baseline": False}))
+    run = cli("sweep", str(sweep), "--out", str(tmp_path / "out"), "--workers", "1", "--no-progress",
+              "--engine-config", str(opts))
+    assert run.returncode == 0, run.stderr
+    assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == 1
+    (record,) = (tmp_path / "out" / "records").glob("*.json")
+    config = json.loads(record.read_text())["config"]
+    assert config["engine"]["engine"] == "vllm"
+    assert {k: config["speculation"][k] for k in ("decoding_type", "max_draft_len", "prompt_lookup_min", "prompt_lookup_max")} \
+        == {"decoding_type": "vllm_ngram", "max_draft_len": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
