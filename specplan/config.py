@@ -146,6 +146,10 @@ class WorkloadConfig(_Section):
     output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
     categories: Optional[list[str]] = None
+    tokenizer: Optional[str] = Field(
+        None, description="model folder (tokenizer.json + tokenizer_config.json chat_template) for a text trace"
+    )
+    format: Optional[str] = Field(None, description="trace file format (vllm-sharegpt, trtllm-bench, azure, ...); null: sniffed")
 
 
 class CostConfig(_Section):
@@ -295,13 +299,17 @@ def build_config(data: dict, source: str = "config") -> SimConfig:
         raise ConfigError(format_validation_error(exc, source)) from None
 
 
-def load_config(path=None, overrides: list[str] | None = None) -> SimConfig:
-    """The config at ``path`` (or the bundled default scenario) with ``--set`` overrides applied."""
+def load_config(path=None, overrides: list[str] | None = None, layer=None) -> SimConfig:
+    """The config at ``path`` (or the bundled default scenario), then ``layer`` (a function of the
+    mapping, e.g. ``engine_config.engine_config_layer(FILE)`` for ``--engine-config``), then ``--set``
+    overrides."""
     from pathlib import Path
 
     if path is None:
         path = Path(__file__).parent / "data" / "default.yaml"
     data = read_yaml(path)
+    if layer is not None:
+        data = layer(data)
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
     return build_config(data, str(path))

@@ -8,7 +8,7 @@ import yaml
 
 from specplan.config import SpeculationConfig
 from specplan.errors import ConfigError
-from specplan.sweeps import export
+from specplan.engine_config import export
 from specplan.sweeps.recommend import Band, bands_from_edges, default_band_edges, merge_schedule
 
 ALPHA, K_MAX, MAX_BATCH = 0.7, 4, 16

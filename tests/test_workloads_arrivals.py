@@ -11,7 +11,7 @@ import pytest
 from specplan.config import WorkloadConfig
 from specplan.errors import ConfigError
 from specplan.workloads.arrivals import gamma_arrivals, poisson_arrivals, think_times
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 from specplan.workloads.tokentrace import write_token_trace
 from specplan.workloads.traffic import build_requests, predecessor_indices
 

@@ -24,9 +24,8 @@ from specplan.workloads.loaders import (
     load_fastchat,
     load_prompt_response,
     load_wmt,
-    load_workload,
-    sniff_format,
 )
+from specplan.workloads.formats import load_workload, sniff_format
 from specplan.workloads.tokenization import bundled_llama2_path
 from specplan.workloads.tokentrace import read_token_trace, write_token_trace
 

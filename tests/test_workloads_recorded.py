@@ -11,7 +11,7 @@ import pytest
 
 from specplan.errors import TraceError
 from specplan.workloads.bundled import bundled_traces
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 from specplan.acceptance.recorded import RecordedPositionOracle, RecordedStepOracle, recorded_oracle
 from specplan.workloads.request import Request
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 
 # shared/data/README.md, "Sanity reference: prompt-lookup replay figures" (approximate, +-0.1)
 README_SPECBENCH = {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specplan.errors import ConfigError
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 from specplan.workloads.synthetic import CopyProcess, LengthModel, SyntheticSpec, fit_lengths, synthetic_requests
 
 

@@ -11,6 +11,9 @@ Two log formats, JSON lines (gzip when ``.gz``), one record per request id:
 - per position, ``{"id", "prompt_ids", "output_ids", "run_length_per_position": [r_0, r_1, ...]}``:
   ``r_c`` is how many tokens a verify step emits when it starts with ``c`` output tokens committed
   (bonus included). A step at any K emits ``min(r_c, K + 1)``, so K may change from step to step.
+  ``r_c = 0`` means "no proposal": the drafter had nothing at that position (an n-gram lookup
+  that found no match, as SpecDecode-Bench's n-gram traces record it), so the row drafts 0 tokens
+  and verifies only its own, emitting 1; it adds nothing to the drafted count.
   The log's tokens must equal the request's.
 
 Requests are matched to log records by ``meta["source_id"]`` (set by ``build_requests``; copies
@@ -48,10 +51,11 @@ def resolve_log(name_or_path: str | os.PathLike) -> Path:
     return path
 
 
-def _positive_ints(value, where: Where, field: str) -> np.ndarray:
+def _counts(value, where: Where, field: str, low: int = 1) -> np.ndarray:
     check_value(value, list, where, field, nonempty=True)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
-        raise where.error("must hold integers >= 1 (tokens per verify step, bonus included)", field)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value):
+        what = "tokens per verify step, bonus included" + ("; 0 = no proposal" if low == 0 else "")
+        raise where.error(f"must hold integers >= {low} ({what})", field)
     return np.asarray(value, dtype=np.int64)
 
 
@@ -91,7 +95,7 @@ class _RecordedOracle(AcceptanceOracle):
         self._values = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
 
     def _sequence(self, req: Request, rec: dict, where: Where) -> np.ndarray:
-        return _positive_ints(rec[self.field], where, self.field)
+        return _counts(rec[self.field], where, self.field)
 
 
 class RecordedStepOracle(_RecordedOracle):
@@ -121,13 +125,14 @@ class RecordedStepOracle(_RecordedOracle):
 
 class RecordedPositionOracle(_RecordedOracle):
     """Per-position logs (``run_length_per_position``): a step starting at output position c with
-    draft length K emits ``min(r_c, K + 1)`` tokens, within the drafted budget."""
+    draft length K emits ``min(r_c, K + 1)`` tokens, within the drafted budget; ``r_c = 0`` drafts
+    nothing and emits 1."""
 
     field = POSITION_FIELD
     _extra_fields = ("prompt_ids", "output_ids")
 
     def _sequence(self, req: Request, rec: dict, where: Where) -> np.ndarray:
-        runs = super()._sequence(req, rec, where)
+        runs = _counts(rec[self.field], where, self.field, low=0)
         if rec["prompt_ids"] != req.prompt_ids.tolist() or rec["output_ids"] != req.output_ids.tolist():
             raise where.error(f"the tokens logged for '{source_id(req)}' differ from the workload's request", "output_ids")
         if len(runs) != req.output_len:
@@ -141,7 +146,9 @@ class RecordedPositionOracle(_RecordedOracle):
         if k <= 0 or len(rids) == 0:
             return drafted, np.zeros_like(drafted)
         entry = self._values[self._offsets[rids] + np.minimum(committed, self._sizes[rids] - 1)]
-        return drafted, np.minimum(entry - 1, drafted)
+        proposed = entry > 0
+        drafted = np.where(proposed, drafted, 0)
+        return drafted, np.where(proposed, np.minimum(entry - 1, drafted), 0)
 
 
 def recorded_oracle(log: str | os.PathLike, requests: Sequence[Request]) -> AcceptanceOracle:

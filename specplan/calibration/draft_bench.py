@@ -3,7 +3,7 @@
 Times ``InHousePool``: TensorRT-LLM's ``NGramPoolManager`` hot path in the same Python style (public
 pool, keep all, use oldest; a dict of pattern tuple -> list of match tuples), following SEMANTICS.md
 §1. The engine pays this interpreter time on its critical path. The simulator's own pool
-(``simulator.drafters.ngram_pool``) reproduces the same drafts with Numba kernels over integer window
+(``acceptance.drafters.ngram_pool``) reproduces the same drafts with Numba kernels over integer window
 ids, built to replay acceptance fast; its speed says nothing about TensorRT-LLM's host cost, so it is
 not what is timed here.
 

@@ -14,7 +14,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
-        model: str = typer.Option(..., "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
+        model: Optional[str] = typer.Option(None, "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
         out: Path = typer.Option(..., "--out", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
         tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism: measure one GPU's shard."),
         device: str = typer.Option("cuda", "--device", help="cuda or cpu (cpu: use --model tiny)."),
@@ -29,8 +29,22 @@ def register(app: typer.Typer) -> None:
                                          help="Also time the NGram host pool on this CPU."),
         sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
                                        help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
+        from_logs: list[Path] = typer.Option([], "--from-logs", help="Instead of measuring: fit acceptance (and a linear "
+                                             "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable)."),
     ) -> None:
-        """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B)."""
+        """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B);
+        or, with --from-logs, fit acceptance and step cost from an engine's own logs."""
+        if from_logs:
+            import json
+
+            from specplan.calibration.from_logs import calibrate_from_logs
+
+            print(json.dumps(calibrate_from_logs(from_logs, out), indent=2))
+            return
+        if model is None:
+            from specplan.errors import ConfigError
+
+            raise ConfigError("--model: required to measure a model (or give --from-logs FILE to fit from engine logs)")
         from specplan.calibration.runner import run_calibration
 
         run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,

@@ -90,6 +90,7 @@ def register(app: typer.Typer) -> None:
         probe_requests: int = typer.Option(8, "--probe-requests", help="Requests per client in each closed-loop band probe."),
         gate_window: int = typer.Option(128, "--gate-window", help="acceptance_rate_window_size of a recommended gate."),
         set_: list[str] = typer.Option([], "--set", help="Override a config field: section.key=value (repeatable)."),
+        engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
         out: Path = typer.Option(Path("specplan-recommend"), "--out", help="Engine configs, summary and run records (re-run to resume)."),
         backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores)."),
@@ -98,7 +99,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find per batch-size band the K that maximises goodput under the SLOs; write TensorRT-LLM and vLLM configs."""
         from specplan.config import load_config
-        from specplan.sweeps import export
+        from specplan.engine_config import export
         from specplan.atomic import atomic_write_text
         from specplan.sweeps.records import RecordStore
         from specplan.sweeps.recommend import recommend as search
@@ -106,7 +107,9 @@ def register(app: typer.Typer) -> None:
 
         if slo_tpot_ms <= 0 or (slo_ttft_ms is not None and slo_ttft_ms <= 0):
             raise ConfigError("--slo-tpot-ms / --slo-ttft-ms: must be > 0")
-        cfg = load_config(config, set_)
+        from specplan.engine_config import engine_config_layer
+
+        cfg = load_config(config, set_, engine_config_layer(engine_config))
         console = Console()
         console.print(f"Searching {cfg.engine.engine} {cfg.speculation.decoding_type} up to max_batch_size "
                       f"{cfg.engine.max_batch_size} for the most goodput under TPOT <= {slo_tpot_ms:g} ms"

@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         config: Optional[Path] = typer.Argument(None, help="Scenario YAML; the bundled default when omitted."),
         set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
+        engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
         baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
         fmt: str = typer.Option("table", "--format", help="table or json."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
@@ -88,7 +89,9 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
-        cfg = load_config(config, set_)
+        from specplan.engine_config import engine_config_layer
+
+        cfg = load_config(config, set_, engine_config_layer(engine_config))
         cost = build_cost(cfg)
         console = Console(stderr=fmt == "json")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run

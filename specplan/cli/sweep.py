@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores); Ray: CPUs of a local instance."),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+        engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the sweep's base (see specplan config import)."),
     ) -> None:
         """Run every point of a sweep (skipping those already recorded in --out) and write the result table."""
         from specplan.sweeps.runners import make_runner
@@ -26,6 +27,12 @@ def register(app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         sweep_spec = read_sweep(spec)
+        if engine_config is not None:
+            from dataclasses import replace
+
+            from specplan.engine_config import import_engine_config, merge_sections
+
+            sweep_spec = replace(sweep_spec, base=merge_sections(sweep_spec.base, import_engine_config(engine_config).sections))
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
                           f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "

@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         template: Optional[str] = typer.Option(None, "--template", help="vicuna, llama-2, llama-3 or chatml (text traces)."),
     ) -> None:
         """Length distributions (percentiles of prompt and output lengths) and categories of a trace."""
-        from specplan.workloads.loaders import load_workload
+        from specplan.workloads.formats import load_workload
 
         requests = load_workload(name, format=fmt, tokenizer=tokenizer, template=template)
         console = Console()
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         template: Optional[str] = typer.Option(None, "--template", help="vicuna, llama-2, llama-3 or chatml (text traces)."),
     ) -> None:
         """Write a trace as a token trace (JSON lines of prompt and output token ids)."""
-        from specplan.workloads.loaders import load_workload
+        from specplan.workloads.formats import load_workload
         from specplan.workloads.tokentrace import write_token_trace
 
         requests = load_workload(name, format=fmt, tokenizer=tokenizer, template=template)

@@ -144,6 +144,10 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     """
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
+    if cfg.speculation.decoding_type != "none":
+        from specplan.workloads.datasets import check_acceptance_source
+
+        check_acceptance_source(requests, cfg.acceptance.mode)
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)

@@ -5,7 +5,7 @@
   arrival times).
 """
 
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 from specplan.workloads.request import Request
 from specplan.workloads.traffic import build_requests
 

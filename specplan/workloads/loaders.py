@@ -16,6 +16,9 @@ format                    file                                                 d
 ``chat``                  JSONL/JSON ``messages`` (OpenAI) or ``conversations`` (ShareGPT)  llama3, llama-3
 ========================  ===================================================  ===================
 
+Benchmark datasets and production traces (``trtllm-bench``, ``vllm-sharegpt``, ``vllm-custom``,
+``vllm-sonnet``, ``openai-requests``, ``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
+
 Loaders build the whole list before returning; any malformed record raises TraceError naming the
 file, line and field.
 """
@@ -23,17 +26,14 @@ file, line and field.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
 from specplan.errors import ConfigError, TraceError
-from specplan.workloads.bundled import bundled_traces, get_bundled
 from specplan.workloads.chat_templates import ChatTemplate, Message, get_template
-from specplan.workloads.records import Where, check_value, first_record, get_field, iter_records, read_text
+from specplan.workloads.records import Where, check_value, get_field, iter_records, read_text
 from specplan.workloads.request import Request
 from specplan.workloads.tokenization import Tokenizer, get_tokenizer
-from specplan.workloads.tokentrace import read_token_trace
 
 #: Output length limit of the FastChat / Spec-Bench generation scripts (``max_new_tokens``).
 FASTCHAT_MAX_NEW_TOKENS = 1024
@@ -319,71 +319,3 @@ def load_chat(path: str | os.PathLike, *, tokenizer: "str | Tokenizer" = "llama3
             request_id=lambda t, s=session: f"{s}-{t}", session=session, category=category,
         )
     return _unique(requests, path)
-
-
-#: format name -> loader; every loader takes the path first and ``tokenizer=``/``template=`` options
-#: (except ``tokens``, which needs neither).
-FORMATS: dict[str, Callable[..., list[Request]]] = {
-    "tokens": read_token_trace,
-    "fastchat": load_fastchat,
-    "alpacaeval": load_alpacaeval,
-    "prompt-response": load_prompt_response,
-    "wmt": load_wmt,
-    "chat": load_chat,
-}
-#: Other names a user may give for a format.
-FORMAT_ALIASES = {"specbench": "fastchat", "mtbench": "fastchat", "aider": "prompt-response", "openai": "chat", "sharegpt": "chat"}
-
-
-def sniff_format(path: str | os.PathLike) -> str:
-    """Tell a file's format from its name and first record; TraceError when it cannot."""
-    path = Path(path)
-    if path.name.endswith(".txt"):
-        return "wmt"
-    rec = first_record(path)
-    keys = set(rec) if isinstance(rec, dict) else set()
-    for fmt, needed in (("tokens", {"prompt_ids", "output_ids"}), ("fastchat", {"question_id", "choices"}),
-                        ("chat", {"messages"}), ("chat", {"conversations"}), ("alpacaeval", {"instruction", "output"}),
-                        ("prompt-response", {"prompt", "response"})):
-        if needed <= keys:
-            return fmt
-    raise TraceError(f"{path}:1: cannot tell the trace format from fields {sorted(keys)}; pass a format ({', '.join(FORMATS)})")
-
-
-def load_file(path: str | os.PathLike, format: str | None = None, **options) -> list[Request]:
-    """Load a trace file of any supported format (sniffed unless ``format`` is given)."""
-    fmt = FORMAT_ALIASES.get(format, format) if format else sniff_format(path)
-    if fmt not in FORMATS:
-        raise ConfigError(f"format: unknown trace format {format!r}: choose one of {', '.join([*FORMATS, *FORMAT_ALIASES])}")
-    if fmt == "tokens" and options:
-        raise ConfigError(f"format: a token trace is already tokenized; {', '.join(options)} do not apply")
-    return FORMATS[fmt](path, **options)
-
-
-@lru_cache(maxsize=16)
-def _bundled_requests(name: str) -> tuple[Request, ...]:
-    return tuple(read_token_trace(get_bundled(name).path))
-
-
-def load_workload(
-    name_or_path: str | os.PathLike,
-    *,
-    format: str | None = None,
-    tokenizer: "str | Tokenizer | None" = None,
-    template: "str | ChatTemplate | None" = None,
-) -> list[Request]:
-    """Requests of a bundled trace (by name, see ``specplan workloads list``) or of a file.
-
-    A path's format is sniffed from its name and first record unless ``format`` is given
-    (:data:`FORMATS`, :data:`FORMAT_ALIASES`); ``tokenizer`` and ``template`` override the format's
-    defaults for text traces. Bundled traces are pre-tokenized and need no tokenizer.
-    """
-    spec = str(name_or_path)
-    if spec in bundled_traces("workload") and format is None and tokenizer is None and template is None:
-        return list(_bundled_requests(spec))
-    path = Path(spec)
-    if not path.exists():
-        names = ", ".join(bundled_traces("workload")) or "none"
-        raise TraceError(f"{spec}: no bundled trace of that name and no such file (bundled: {names})")
-    options = {k: v for k, v in (("tokenizer", tokenizer), ("template", template)) if v is not None}
-    return load_file(path, format, **options)

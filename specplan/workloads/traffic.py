@@ -28,7 +28,7 @@ import numpy as np
 from specplan.config import WorkloadConfig
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.arrivals import gamma_arrivals, poisson_arrivals, think_times
-from specplan.workloads.loaders import load_workload
+from specplan.workloads.formats import load_workload
 from specplan.workloads.request import Request
 from specplan.workloads.synthetic import LengthModel, SyntheticSpec, fit_lengths, is_synthetic, synthetic_requests
 
@@ -107,7 +107,9 @@ def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[
         else:
             plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
         return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
-    requests = load_workload(cfg.trace)
+    from specplan.workloads.model_folder import workload_options
+
+    requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace))
     if cfg.categories is not None:
         present = sorted({r.category for r in requests if r.category is not None})
         unknown = [c for c in cfg.categories if c not in present]

@@ -146,9 +146,10 @@ def trtllm_speculative_config(spec: SpeculationConfig) -> dict:
             out["enable_global_pool"] = True
             if spec.global_pool_size is not None:
                 out["global_pool_size"] = spec.global_pool_size
-    elif spec.decoding_type == "vllm_ngram":  # TRT's NGram over sizes up to vLLM's largest
+    elif spec.decoding_type == "vllm_ngram":  # TRT's NGram over sizes up to vLLM's largest, pool fields spelt out
         out = {"decoding_type": "NGram", "max_draft_len": spec.max_draft_len,
-               "max_matching_ngram_size": settings.lookup_range[1]}
+               "max_matching_ngram_size": settings.lookup_range[1], "is_keep_all": spec.is_keep_all,
+               "is_use_oldest": spec.is_use_oldest, "is_public_pool": spec.is_public_pool}
     else:  # suffix: the suffix automaton, longest match
         out = {"decoding_type": "SA", "max_draft_len": spec.max_draft_len, "max_matching_ngram_size": -1}
     schedule = spec.draft_len_schedule
