@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specplan.config import SimConfig, load_config
+from specplan.errors import ConfigError
 
 SUMMARY_KEYS = (
     "completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
@@ -82,12 +83,16 @@ def register(app: typer.Typer) -> None:
         baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
         fmt: str = typer.Option("table", "--format", help="table or json."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
+        timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
+                                      "events; open in Perfetto)."),
     ) -> None:
         """Simulate one engine replica serving a workload, with speculative decoding as configured."""
         from specplan.simulator.run import baseline_config, build_cost, resolve, simulate as run_sim
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
+        if timeline and out is None:
+            raise ConfigError("--timeline: give --out DIR to write timeline.json into")
         cfg = load_config(config, set_)
         cost = build_cost(cfg)
         console = Console(stderr=fmt == "json")
@@ -104,9 +109,13 @@ def register(app: typer.Typer) -> None:
             summary["baseline"] = {k: base.summary[k] for k in SUMMARY_KEYS}
             summary["speedup"] = result.summary["throughput_tok_s"] / base.summary["throughput_tok_s"]
         if out is not None:
-            result.save(out / "speculative" if base else out)
-            if base is not None:
-                base.save(out / "baseline")
+            for run, where in ((result, out / "speculative" if base else out), (base, out / "baseline")):
+                if run is not None:
+                    run.save(where)
+                    if timeline:
+                        from specplan.reports.timeline import write_timeline
+
+                        write_timeline(run.iterations, run.requests, where / "timeline.json")
         if fmt == "json":
             from specplan.simulator.metrics import plain
 
