@@ -26,6 +26,7 @@ import pandas as pd
 
 from specplan.errors import SpecplanError
 from specplan.reports import plots
+from specplan.reports.explain import losing_section
 from specplan.reports.analysis import (acceptance_length_distribution, label_rows, layout, md_table, ms_columns,
                                        pareto_front, seed_means, short_names)
 from specplan.atomic import atomic_write_text
@@ -117,10 +118,13 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
                "Left: output throughput over the baseline's (at a fixed arrival rate below saturation both "
                "follow the arrivals). Right: the baseline's mean TPOT over this run's.", ""]
 
+        config_of = {tuple(row): p.config for row, p in zip(table[axes].itertuples(index=False, name=None), points)}
+        md += ["### Why configurations lose", "", *losing_section(means, axes, config_of), ""]
+
     colour = layout(axes, list(spec.zip), "tpot_s.p99").colour
     front = pareto_front(means["tpot_s.p99"].to_numpy(), means["throughput_tok_s"].to_numpy())
     base_cols = [a for a in axes if not a.startswith("speculation.")]
-    baselines = (means.drop_duplicates(base_cols)[[*base_cols, "baseline.tpot_s.p99", "baseline.throughput_tok_s"]]
+    baselines = ((means.drop_duplicates(base_cols) if base_cols else means.head(1))[[*base_cols, "baseline.tpot_s.p99", "baseline.throughput_tok_s"]]
                  .rename(columns={"baseline.tpot_s.p99": "tpot_s.p99", "baseline.throughput_tok_s": "throughput_tok_s"})
                  if "baseline.tpot_s.p99" in means.columns else pd.DataFrame(columns=["tpot_s.p99", "throughput_tok_s"]))
     plots.throughput_vs_tpot(means, front, colour, axes, ms_columns(baselines), out / "throughput_vs_tpot.png")

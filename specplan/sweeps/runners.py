@@ -116,7 +116,11 @@ def run_record(cfg_json: dict, **shared) -> dict:
         if name not in shared:
             shared[name] = build(key_of(cfg))
     result = simulate(cfg, **shared)
-    return make_record(cfg, result.summary, result.description)
+    from specplan.reports.explain import cost_terms
+
+    # what the report needs to say why a configuration loses, from this run's own iterations
+    terms = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
+    return make_record(cfg, {**result.summary, "cost_terms": terms}, result.description)
 
 
 @dataclass(frozen=True)
