@@ -53,15 +53,21 @@ def _gamma_curves(configs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return curves
 
 
-def _with_baselines(table: pd.DataFrame, records_dir: Path) -> pd.DataFrame:
-    """The table with each row's baseline p99 TPOT and throughput (read from its baseline record)."""
-    if "baseline_key" not in table.columns:
-        return table
+def _with_records(table: pd.DataFrame, records_dir: Path) -> pd.DataFrame:
+    """The table with what its records hold beside the summary: each run's cost terms
+    (``cost_terms.*``, absent in records of an older specplan) and its baseline's p99 TPOT and
+    throughput (``baseline.*``)."""
     store = RecordStore(records_dir)
-    base = {k: store.read(k)["summary"] for k in dict.fromkeys(table["baseline_key"])}
-    return table.assign(**{
-        "baseline.tpot_s.p99": [base[k]["tpot_s"]["p99"] for k in table["baseline_key"]],
-        "baseline.throughput_tok_s": [base[k]["throughput_tok_s"] for k in table["baseline_key"]]})
+    own = [store.read(k).get("cost_terms") for k in table["key"]]
+    out = table
+    if all(t is not None for t in own):
+        out = out.assign(**{f"cost_terms.{name}": [t[name] for t in own] for name in own[0]})
+    if "baseline_key" in table.columns:
+        base = {k: store.read(k)["summary"] for k in dict.fromkeys(table["baseline_key"])}
+        out = out.assign(**{
+            "baseline.tpot_s.p99": [base[k]["tpot_s"]["p99"] for k in table["baseline_key"]],
+            "baseline.throughput_tok_s": [base[k]["throughput_tok_s"] for k in table["baseline_key"]]})
+    return out
 
 
 def _failures(sweep_dir: Path) -> list[str]:
@@ -85,7 +91,7 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
     if table.empty:
         md += ["No point ran, so there is nothing to plot."]
         return atomic_write_text(out / REPORT_FILE, "\n".join(md))
-    means = seed_means(_with_baselines(table, sweep_dir / RECORDS_DIR), axes)
+    means = seed_means(_with_records(table, sweep_dir / RECORDS_DIR), axes)
     means.insert(0, "#", np.arange(1, len(means) + 1))  # point numbers, as the figures label them
     names = short_names(axes)
     seeds = table["seed"].nunique()

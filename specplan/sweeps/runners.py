@@ -118,9 +118,10 @@ def run_record(cfg_json: dict, **shared) -> dict:
     result = simulate(cfg, **shared)
     from specplan.reports.explain import cost_terms
 
-    # what the report needs to say why a configuration loses, from this run's own iterations
-    terms = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
-    return make_record(cfg, {**result.summary, "cost_terms": terms}, result.description)
+    record = make_record(cfg, result.summary, result.description)
+    # beside the summary: what the report needs to say why a configuration loses, from this run's iterations
+    record["cost_terms"] = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
+    return record
 
 
 @dataclass(frozen=True)
