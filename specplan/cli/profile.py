@@ -9,6 +9,7 @@ overhead; gamma is derived from step times at the given context.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import typer
@@ -65,10 +66,19 @@ def plot(
     out: Path = typer.Option(..., "--out", help="Image file to write (PNG, SVG or PDF by extension)."),
     context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
 ) -> None:
-    """Draw T(B, 1) and gamma(B, K) against B, one curve per K."""
+    """Draw T(B, 1) and gamma(B, K) against B, one curve per K; a measured profile's curves are dashed
+    where they extrapolate past its calibration grid, the batch sizes beyond it shaded."""
     model = cost_model_from_profile(name)
-    plot_view(gamma_view(model, context), model.describe(), out)
-    Console(stderr=True).print(f"wrote {out}")
+    measured = load_profile(name)[0].measured_range
+    with warnings.catch_warnings():  # the figure marks the extrapolation; no per-dimension warnings
+        warnings.simplefilter("ignore")
+        plot_view(gamma_view(model, context), model.describe(), out, measured)
+    console = Console(stderr=True)
+    if measured is not None:
+        console.print(f"measured up to B = {measured.max_batch}, context {measured.max_context}, "
+                      f"{measured.tokens[0]}-{measured.tokens[1]} tokens per step; dashed and shaded beyond",
+                      markup=False)
+    console.print(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:
