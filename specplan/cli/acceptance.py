@@ -99,8 +99,11 @@ def register(app: typer.Typer) -> None:
         console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "
                       f"({settings.key()}).")
         cache = PrecomputeCache(cache_dir) if cache_dir is not None else None
-        steps = replay_trace(requests, settings, k, keep_drafts=dump_steps is not None, cache=cache,
-                             max_batch_size=max_batch_size)
+        from specplan.cli.progress import progress_bar
+
+        with progress_bar(f"replaying {len(requests)} requests"):  # elapsed only: the replay has no counter to poll
+            steps = replay_trace(requests, settings, k, keep_drafts=dump_steps is not None, cache=cache,
+                                 max_batch_size=max_batch_size)
         summary = summarize_replay(steps, k)
         if dump_steps is not None:
             write_steps(dump_steps, steps)

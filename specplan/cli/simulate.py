@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from specplan.config import SimConfig, load_config
@@ -53,26 +52,51 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _table(summary: dict, baseline: Optional[dict]) -> Table:
+def summary_rows(summary: dict, baseline: Optional[dict]) -> list[list]:
+    """``[metric, value(, baseline value)]`` per row; latency percentiles in milliseconds, named
+    ``tpot p99 (ms)``."""
+    rows = []
+    for key in SUMMARY_KEYS:
+        val = summary[key]
+        if isinstance(val, dict):
+            for p in ("p50", "p90", "p99"):
+                ms = [None if d[key][p] is None else d[key][p] * 1e3 for d in (summary, baseline) if d is not None]
+                rows.append([f"{key.removesuffix('_s')} {p} (ms)", *ms])
+        else:
+            rows.append([key, val, *([baseline[key]] if baseline else [])])
+    return rows
+
+
+def _table(rows: list[list], baseline: bool) -> Table:
     table = Table(show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("speculative" if baseline else "value", justify="right")
     if baseline:
         table.add_column("baseline", justify="right")
-    for key in SUMMARY_KEYS:
-        val = summary[key]
-        if isinstance(val, dict):
-            for p in ("p50", "p90", "p99"):
-                row = [f"{key} {p}", _fmt(val[p])]
-                if baseline:
-                    row.append(_fmt(baseline[key][p]))
-                table.add_row(*row)
-        else:
-            row = [key, _fmt(val)]
-            if baseline:
-                row.append(_fmt(baseline[key]))
-            table.add_row(*row)
+    for name, *values in rows:
+        table.add_row(name, *map(_fmt, values))
     return table
+
+
+def _csv(rows: list[list], baseline: bool) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["metric", "speculative", "baseline"] if baseline else ["metric", "value"])
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return buf.getvalue()
+
+
+def _run_with_progress(cfg: SimConfig, cost, description: str):
+    """``simulate`` with a bar of completed requests once it runs longer than a couple of seconds."""
+    from specplan.cli.progress import progress_bar
+    from specplan.simulator.run import simulate as run_sim
+
+    seen: list = []
+    with progress_bar(description, lambda: (seen[0].done, seen[0].n) if seen else (0, cfg.workload.num_requests)):
+        return run_sim(cfg, cost, observe=seen.append)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,28 +105,29 @@ def register(app: typer.Typer) -> None:
         config: Optional[Path] = typer.Argument(None, help="Scenario YAML; the bundled default when omitted."),
         set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
         baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
-        fmt: str = typer.Option("table", "--format", help="table or json."),
+        fmt: str = typer.Option("table", "--format", help="table, csv or json (latencies in ms in table and csv)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
         timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
                                       "events; open in Perfetto)."),
     ) -> None:
         """Simulate one engine replica serving a workload, with speculative decoding as configured."""
-        from specplan.simulator.run import baseline_config, build_cost, resolve, simulate as run_sim
+        from specplan.cli.output import console as make_console
+        from specplan.simulator.run import baseline_config, build_cost, resolve
 
-        if fmt not in ("table", "json"):
-            raise typer.BadParameter("--format must be table or json")
+        if fmt not in ("table", "csv", "json"):
+            raise typer.BadParameter("--format must be table, csv or json")
         if timeline and out is None:
             raise ConfigError("--timeline: give --out DIR to write timeline.json into")
         cfg = load_config(config, set_)
         cost = build_cost(cfg)
-        console = Console(stderr=fmt == "json")
+        console = make_console(stderr=fmt != "table")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
         if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
             console.print(f"Resolved speculative config ({cfg.engine.engine}): "
                           f"{resolved.speculation.model_dump(exclude_defaults=True)}")
         console.print(describe_scenario(resolved, cost.describe()))
-        result = run_sim(cfg, cost)
-        base = run_sim(baseline_config(cfg), cost) if baseline else None
+        result = _run_with_progress(cfg, cost, "simulating")
+        base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
         summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
         summary["resolved_speculation"] = result.description.get("speculation")
         if base is not None:
@@ -121,7 +146,11 @@ def register(app: typer.Typer) -> None:
 
             print(json.dumps(plain(summary)))
             return
-        console.print(_table(summary, summary.get("baseline")))
+        rows = summary_rows(summary, summary.get("baseline"))
+        if fmt == "csv":
+            print(_csv(rows, base is not None), end="")
+            return
+        console.print(_table(rows, base is not None))
         if base is not None:
             console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
                           f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "
