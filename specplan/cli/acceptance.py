@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from specplan.cli.output import console as make_console
 from rich.table import Table
 
 DRAFTERS = {"ngram": "ngram", "sa": "sa", "vllm-ngram": "vllm_ngram", "suffix": "suffix", "pld": "pld"}
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
             suffix_max_spec_offset=suffix_max_spec_offset, suffix_min_token_prob=suffix_min_token_prob,
             pld_variant=pld_variant, eos_token_ids=tuple(eos_token_id))
         requests = load_workload(trace)
-        console = Console(stderr=fmt == "json")
+        console = make_console(stderr=fmt == "json")
         console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "
                       f"({settings.key()}).")
         cache = PrecomputeCache(cache_dir) if cache_dir is not None else None

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specplan.cli.output import console as make_console
 from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
 from specplan.cost_models.models import MODELS
@@ -35,7 +36,7 @@ def list_profiles() -> None:
     for name in bundled_profile_names():
         profile, _ = load_profile(name)
         table.add_row(name, profile.provenance.kind, " ".join(profile.provenance.source.split()))
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"Any other GPU/MODEL or GPU/MODEL/tpN with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
                   "resolves to that pair's analytic roofline.", markup=False)
@@ -55,7 +56,7 @@ def show(
     if fmt == "json":
         print(json.dumps({"profile": name, **view}))
         return
-    console = Console()
+    console = make_console()
     console.print(model.describe())
     console.print(render_table(view, f"{name}: T(B,1) and γ(B,K) at context {context}"))
 

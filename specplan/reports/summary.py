@@ -1,18 +1,22 @@
 """``specplan report DIR``: PNG figures and a Markdown summary of a finished sweep.
 
-Figures (each only when the sweep has what it needs):
+Figures (each only when the sweep has what it needs), each with its data as ``NAME.csv`` beside it:
 
 - ``speedup_vs_rate.png``: speedup against ``workload.rate`` (when it is an axis);
 - ``speedup_vs_batch.png``: speedup against ``workload.concurrency`` or ``engine.max_batch_size``
   (the first that is an axis), else against the measured mean batch rows;
-- ``throughput_vs_tpot.png``: throughput against p99 TPOT, the Pareto front marked;
+- ``throughput_vs_tpot.png``: throughput against p99 TPOT, the Pareto front marked, the baselines drawn;
 - ``acceptance_length.png``: acceptance-length distribution per speculation/acceptance setting;
-- ``gamma.png``: gamma(B, K) of every cost profile the sweep used;
+- ``gamma.png``: gamma(B, K) of every cost profile the sweep used, for every K it swept;
 - ``gate.png``: when the SpeculationGate tripped, for every run that configured one.
 
 Speedup is measured against the baseline runs the sweep makes (``baseline: true``, the default): the
-same scenario with speculation off. Lines are seed means; each line is one combination of the
-swept fields other than the x axis (so one line per K or schedule when that is all that varies).
+same scenario with speculation off, drawn as the dashed line at 1.0. Lines are seed means, one colour
+per value of the first swept ``speculation.*`` field (K, or the schedule), one row of panels per
+combination of the other swept fields (``analysis.layout``); fields zipped with the x axis move with
+it. Every point is numbered (``#``) the same way in the figures, the CSVs and the tables, and each
+point slower than its baseline is explained by its largest cost term (``reports.explain``). Points
+that failed (``failures.jsonl``) are listed first. Latencies in the tables are in ms.
 """
 
 from __future__ import annotations
