@@ -9,22 +9,22 @@ from specplan.reports.explain import cost_terms, explain_row, largest_overhead
 
 
 def _iterations(rows: list[dict]) -> pd.DataFrame:
-    base = {"spec_on": True, "prefill_tokens": 0, "kv_blocks_used": 40}
+    base = {"spec_on": True, "prefill_tokens": 0, "kv_blocks_used": 40, "k": 8}
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
 def test_terms_by_hand_on_linear_gamma():
     # T(B rows, n positions) = 0.01 (1 + 0.1 (n - B) / B) + 0.002 drafting on speculating steps.
-    # B = 4, K = 3 static: v = 16 verified positions, d = 8 drafted, a = 3 accepted.
+    # B = 4, runtime K = 2 padded to a static width of 3: v = 16 verified positions, d = 8 drafted, a = 3 accepted.
     #   T(4) = 0.01, T(7) = 0.01075, T(12) = 0.012, T(16) = 0.013, step = 0.015
     model = LinearGammaCostModel(0.01, 0.1, draft_cost_s=0.002)
     its = _iterations([
-        {"gen_rows": 4, "drafted": 8, "accepted": 3, "verified_tokens": 16, "step_s": 0.015},
+        {"gen_rows": 4, "drafted": 8, "accepted": 3, "verified_tokens": 16, "step_s": 0.015, "k": 2},
         {"gen_rows": 4, "drafted": 8, "accepted": 3, "verified_tokens": 16, "step_s": 0.015, "prefill_tokens": 5},
         {"gen_rows": 4, "drafted": 0, "accepted": 0, "verified_tokens": 4, "step_s": 0.01, "spec_on": False},
     ])
     terms = cost_terms(its, model, kv_block_size=32)
-    assert terms["steps"] == 1  # the prefill step and the plain step are not counted
+    assert (terms["steps"], terms["mean_rows"], terms["mean_k"]) == (1, 4.0, 2.0)  # prefill and plain steps left out
     want = {"plain_s": 0.01, "accepted_s": 0.00075, "rejected_s": 0.00125, "padding_s": 0.001, "drafting_s": 0.002}
     for k, v in want.items():
         assert terms[k] == pytest.approx(v, abs=1e-12), k
@@ -38,7 +38,8 @@ def test_padding_is_named_when_it_dominates():
     terms = cost_terms(_iterations([{"gen_rows": 2, "drafted": 2, "accepted": 0, "verified_tokens": 18,
                                      "step_s": 0.018}]), model, 32)
     assert terms["padding_s"] == pytest.approx(0.007) and terms["rejected_s"] == pytest.approx(0.001)
-    text = explain_row(terms, model.gamma(2, 8), 8, 2.0)
+    assert (terms["mean_rows"], terms["mean_k"]) == (2.0, 8.0)
+    text = explain_row(terms, model.gamma(2, 8))
     assert text.startswith("largest cost: padding") and "39% of the decode-step time" in text
     assert "gamma(B=2, K=8) = 0.100" in text
 

@@ -38,7 +38,8 @@ def _forward(cost: CostModel, rows: int, positions: int, context: int) -> float:
 
 
 def cost_terms(iterations: pd.DataFrame, cost: CostModel, kv_block_size: int) -> dict:
-    """Seconds per term (``TERMS``) summed over the speculating decode steps, and how many there were."""
+    """Seconds per term (``TERMS``) summed over the speculating decode steps, how many there were,
+    and their mean rows and K (where gamma is read: a schedule's K is not ``max_draft_len``)."""
     steady = iterations[iterations["spec_on"].astype(bool) & (iterations["prefill_tokens"] == 0)
                         & (iterations["gen_rows"] > 0)]
     total = dict.fromkeys(TERMS, 0.0)
@@ -49,7 +50,9 @@ def cost_terms(iterations: pd.DataFrame, cost: CostModel, kv_block_size: int) ->
         parts = (t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], it.step_s - t[3])
         for name, value in zip(TERMS, parts):
             total[name] += float(value)
-    return {**{f"{k}_s": v for k, v in total.items()}, "steps": int(len(steady))}
+    n = len(steady)
+    return {**{f"{k}_s": v for k, v in total.items()}, "steps": int(n),
+            "mean_rows": float(steady["gen_rows"].mean()) if n else 0.0, "mean_k": float(steady["k"].mean()) if n else 0.0}
 
 
 def largest_overhead(terms: dict) -> tuple[str, float]:
@@ -59,22 +62,31 @@ def largest_overhead(terms: dict) -> tuple[str, float]:
     return name, (terms[f"{name}_s"] / step if step > 0 else 0.0)
 
 
-def explain_row(terms: dict, gamma_at_b: float, k: int, mean_rows: float) -> str:
-    """One sentence: the largest overhead, the others' shares, and gamma at this run's batch size."""
+def explain_row(terms: dict, gamma_at_b: float) -> str:
+    """One sentence: the largest overhead, the others' shares, and gamma at this run's mean batch
+    rows and K (``gamma_at_b``, from its cost model)."""
     step = sum(terms[f"{t}_s"] for t in TERMS)
     if terms["steps"] == 0 or step <= 0:
         return "no speculating decode step (speculation never ran, or only alongside prefill)"
     name, share = largest_overhead(terms)
     others = ", ".join(f"{t} {terms[f'{t}_s'] / step:.0%}" for t in OVERHEADS if t != name)
     return (f"largest cost: {OVERHEADS[name]}, {share:.0%} of the decode-step time ({others}; accepted drafts "
-            f"{terms['accepted_s'] / step:.0%}); gamma(B={mean_rows:.0f}, K={k}) = {gamma_at_b:.3f}")
+            f"{terms['accepted_s'] / step:.0%}); gamma(B={_b(terms)}, K={_k(terms)}) = {gamma_at_b:.3f}")
+
+
+def _b(terms: dict) -> int:
+    return max(int(round(terms["mean_rows"])), 1)
+
+
+def _k(terms: dict) -> int:
+    return max(int(round(terms["mean_k"])), 1)
 
 
 def losing_section(means: pd.DataFrame, axes: list[str], config_of: dict) -> list[str]:
     """Markdown lines explaining every point slower than its baseline (``speedup < 1``).
 
     ``means`` are seed means with the ``cost_terms.*`` columns of the sweep's records; ``config_of``
-    maps a point's axis values (a tuple in ``axes`` order) to its config (for its cost model and K).
+    maps a point's axis values (a tuple in ``axes`` order) to its config (for its cost model).
     """
     from specplan.cost_models.registry import make_cost_model
     from specplan.reports.analysis import label_rows
@@ -82,7 +94,8 @@ def losing_section(means: pd.DataFrame, axes: list[str], config_of: dict) -> lis
     losers = means[means["speedup"] < 1.0]
     if losers.empty:
         return ["Every point is at least as fast as its baseline."]
-    if "cost_terms.steps" not in means.columns:
+    needed = [f"cost_terms.{t}" for t in (*[f"{x}_s" for x in TERMS], "steps", "mean_rows", "mean_k")]
+    if not set(needed) <= set(means.columns):
         return [f"{len(losers)} point(s) lose to their baseline, but this sweep's records hold no cost terms "
                 "(recorded by an older specplan); run the sweep into a new folder to have them explained."]
     models: dict = {}
@@ -95,9 +108,7 @@ def losing_section(means: pd.DataFrame, axes: list[str], config_of: dict) -> lis
         if key not in models:
             models[key] = make_cost_model(cfg.cost)
         model = models[key]
-        k = max(cfg.speculation.max_draft_len, 1)
-        b = max(int(round(row["mean_batch_rows"])), 1)
-        terms = {t: row[f"cost_terms.{t}"] for t in (*[f"{x}_s" for x in TERMS], "steps")}
+        terms = {c.removeprefix("cost_terms."): row[c] for c in needed}
         lines.append(f"- #{int(row['#'])} {label}: {row['speedup']:.2f}x; "
-                     f"{explain_row(terms, model.gamma(b, k), k, row['mean_batch_rows'])}")
+                     f"{explain_row(terms, model.gamma(_b(terms), _k(terms)))}")
     return lines
