@@ -22,9 +22,17 @@ MARKERS = "osD^vP*X<>ph"  # with the colour, tells neighbouring values of a colo
 BASELINE = "baseline (speculation off)"
 
 
+LEGEND_AT = 0.8  # share of the width left to the panels when the legend sits on the right
+
+
+def _legend(fig, *args, **kwargs) -> None:
+    """The figure's legend just right of the panels, outside them so it covers no data."""
+    fig.legend(*args, loc="center left", bbox_to_anchor=(LEGEND_AT, 0.5), **kwargs)
+
+
 def _save(fig, path: Path, data: pd.DataFrame, legend_room: bool = False) -> Path:
     """Write the PNG and its CSV, both atomically."""
-    fig.tight_layout(rect=(0, 0, 0.8 if legend_room else 1, 1))
+    fig.tight_layout(rect=(0, 0, LEGEND_AT if legend_room else 1, 1))
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
     atomic_write(path.with_suffix(".csv"), lambda tmp: data.to_csv(tmp, index=False))
@@ -70,7 +78,7 @@ def speedup(points: pd.DataFrame, lay: Layout, xlabel: str, axes_cols: Sequence[
             ax.set_title(title if facet == "all runs" else f"{title}\n{facet}", fontsize=9)
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, title=names.get(lay.colour, "series") if lay.colour else None, loc="center right",
+    _legend(fig, handles, labels, title=names.get(lay.colour, "series") if lay.colour else None,
                fontsize=7, title_fontsize=8)
     data = points[list(dict.fromkeys(["#", *axes_cols, lay.x, "speedup", "tpot_speedup"]))].copy()
     data.insert(1, "series", groups)
@@ -99,7 +107,7 @@ def throughput_vs_tpot(points: pd.DataFrame, front: np.ndarray, colour: Optional
     ax.set_xlabel("p99 TPOT (ms)")
     ax.set_ylabel("output throughput (tokens/s)")
     ax.grid(alpha=0.3)
-    fig.legend(title=short_names([colour])[colour] if colour else None, loc="center right", fontsize=7,
+    _legend(fig, title=short_names([colour])[colour] if colour else None, fontsize=7,
                title_fontsize=8)
     data = points[["#", *axes_cols]].assign(**{"tpot p99 (ms)": x, "throughput_tok_s": y, "pareto": front,
                                                "kind": "point"})
@@ -118,7 +126,7 @@ def acceptance_lengths(dists: dict[str, np.ndarray], path: Path) -> Path:
     ax.set_xlabel("acceptance length (accepted draft tokens + 1)")
     ax.set_ylabel("fraction of drafts")
     ax.grid(alpha=0.3, axis="y")
-    fig.legend(loc="center right", fontsize=6)
+    _legend(fig, fontsize=6)
     data = pd.DataFrame([{"setting": k, "acceptance_length": i + 1, "fraction": float(v)}
                          for k, p in items for i, v in enumerate(p)])
     return _save(fig, path, data, legend_room=True)
@@ -134,7 +142,7 @@ def gamma_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path) -
     ax.set_xlabel("batch size B")
     ax.set_ylabel("gamma(B, K) = (T(B,1+K) - T(B,1)) / (K T(B,1))")
     ax.grid(alpha=0.3)
-    fig.legend(loc="center right", fontsize=6)
+    _legend(fig, fontsize=6)
     data = pd.DataFrame([{"curve": k, "B": int(bi), "gamma": float(gi)} for k, (b, g) in curves.items()
                          for bi, gi in zip(b, g)])
     return _save(fig, path, data, legend_room=True)
