@@ -62,7 +62,6 @@ def speedup(points: pd.DataFrame, lay: Layout, xlabel: str, axes_cols: Sequence[
     facets = label_rows(points, lay.facets)
     groups = points[lay.colour].tolist() if lay.colour else ["all runs"] * len(points)
     palette = colours(groups)
-    names = short_names([c for c in (lay.colour, *lay.facets) if c])
     facet_names = list(dict.fromkeys(facets))
     fig, axes = plt.subplots(len(facet_names), 2, figsize=(12, 3.6 * len(facet_names) + 0.4), squeeze=False)
     for row, facet in zip(axes, facet_names):
@@ -77,9 +76,12 @@ def speedup(points: pd.DataFrame, lay: Layout, xlabel: str, axes_cols: Sequence[
             ax.set_ylabel("speedup")
             ax.set_title(title if facet == "all runs" else f"{title}\n{facet}", fontsize=9)
             ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    _legend(fig, handles, labels, title=names.get(lay.colour, "series") if lay.colour else None,
-               fontsize=7, title_fontsize=8)
+    entries: dict = {}  # label -> handle over every panel (a facet may lack some series)
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    _legend(fig, list(entries.values()), list(entries), fontsize=7, title_fontsize=8,
+            title=short_names([lay.colour])[lay.colour] if lay.colour else None)
     data = points[list(dict.fromkeys(["#", *axes_cols, lay.x, "speedup", "tpot_speedup"]))].copy()
     data.insert(1, "series", groups)
     return _save(fig, path, data, legend_room=True)

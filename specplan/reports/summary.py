@@ -74,6 +74,16 @@ def _with_records(table: pd.DataFrame, records_dir: Path) -> pd.DataFrame:
     return out
 
 
+def _baseline_points(means: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """One row per baseline scenario (the non-speculation axes' values), its p99 TPOT and throughput."""
+    if "baseline.tpot_s.p99" not in means.columns:
+        return pd.DataFrame(columns=["tpot_s.p99", "throughput_tok_s"])
+    scenario = [a for a in axes if not a.startswith("speculation.")]
+    rows = means.drop_duplicates(scenario) if scenario else means.head(1)
+    return rows[[*scenario, "baseline.tpot_s.p99", "baseline.throughput_tok_s"]].rename(
+        columns={"baseline.tpot_s.p99": "tpot_s.p99", "baseline.throughput_tok_s": "throughput_tok_s"})
+
+
 def _failures(sweep_dir: Path) -> list[str]:
     path = sweep_dir / FAILURES_FILE
     return [json.loads(line)["error"] for line in path.read_text().splitlines() if line] if path.is_file() else []
@@ -133,10 +143,7 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
 
     colour = layout(axes, list(spec.zip), "tpot_s.p99").colour
     front = pareto_front(means["tpot_s.p99"].to_numpy(), means["throughput_tok_s"].to_numpy())
-    base_cols = [a for a in axes if not a.startswith("speculation.")]
-    baselines = ((means.drop_duplicates(base_cols) if base_cols else means.head(1))[[*base_cols, "baseline.tpot_s.p99", "baseline.throughput_tok_s"]]
-                 .rename(columns={"baseline.tpot_s.p99": "tpot_s.p99", "baseline.throughput_tok_s": "throughput_tok_s"})
-                 if "baseline.tpot_s.p99" in means.columns else pd.DataFrame(columns=["tpot_s.p99", "throughput_tok_s"]))
+    baselines = _baseline_points(means, axes)
     plots.throughput_vs_tpot(means, front, colour, axes, ms_columns(baselines), out / "throughput_vs_tpot.png")
     md += ["## Throughput against p99 TPOT", "", "![throughput vs p99 TPOT](throughput_vs_tpot.png)", ""]
     if len(baselines):
