@@ -43,10 +43,15 @@ def cost_terms(iterations: pd.DataFrame, cost: CostModel, kv_block_size: int) ->
     steady = iterations[iterations["spec_on"].astype(bool) & (iterations["prefill_tokens"] == 0)
                         & (iterations["gen_rows"] > 0)]
     total = dict.fromkeys(TERMS, 0.0)
+    priced: dict[tuple[int, int, int], float] = {}  # steady steps repeat shapes (context moves by blocks)
     for it in steady.itertuples(index=False):
         b = int(it.gen_rows)
         ctx = int(it.kv_blocks_used * kv_block_size // b)
-        t = [_forward(cost, b, n, ctx) for n in (b, b + it.accepted, b + it.drafted, it.verified_tokens)]
+        t = []
+        for n in (b, b + int(it.accepted), b + int(it.drafted), int(it.verified_tokens)):
+            if (b, n, ctx) not in priced:
+                priced[b, n, ctx] = _forward(cost, b, n, ctx)
+            t.append(priced[b, n, ctx])
         parts = (t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], it.step_s - t[3])
         for name, value in zip(TERMS, parts):
             total[name] += float(value)
