@@ -116,15 +116,17 @@ def throughput_vs_tpot(points: pd.DataFrame, front: np.ndarray, colour: Optional
     return _save(fig, path, pd.concat([data, baselines.assign(kind="baseline")], ignore_index=True), legend_room=True)
 
 
-def acceptance_lengths(dists: dict[str, np.ndarray], path: Path) -> Path:
-    """P(acceptance length) per group, grouped bars, every group drawn."""
+def acceptance_lengths(dists: dict[str, np.ndarray], path: Path, keys: Optional[dict] = None) -> Path:
+    """P(acceptance length) per group, grouped bars, every group drawn; ``keys`` (label -> value,
+    e.g. K) colour the groups as the other figures colour that value."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
     items = list(dists.items())
     width = 0.8 / max(len(items), 1)
-    palette = colours(list(dists))
+    keys = keys or {label: label for label in dists}
+    palette = colours(list(keys.values()))
     for j, (label, p) in enumerate(items):
         lengths = np.arange(1, len(p) + 1)
-        ax.bar(lengths + (j - (len(items) - 1) / 2) * width, p, width=width, label=label, color=palette[label])
+        ax.bar(lengths + (j - (len(items) - 1) / 2) * width, p, width=width, label=label, color=palette[keys[label]])
     ax.set_xlabel("acceptance length (accepted draft tokens + 1)")
     ax.set_ylabel("fraction of drafts")
     ax.grid(alpha=0.3, axis="y")

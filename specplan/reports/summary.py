@@ -161,7 +161,10 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
     dists = {k: v for k, v in dists.items() if len(v)}
     md += ["## Acceptance length", ""]
     if dists:
-        plots.acceptance_lengths(dists, out / "acceptance_length.png")
+        # coloured as the other figures colour their points (by K), when that axis is in the grouping
+        by = colour if colour in group else None
+        keys = {lab: table.loc[labels == lab, by].iloc[0] for lab in dists} if by else None
+        plots.acceptance_lengths(dists, out / "acceptance_length.png", keys)
         mean_len = {k: float(np.dot(np.arange(1, len(v) + 1), v)) for k, v in dists.items()}
         md += ["![acceptance length](acceptance_length.png)", "",
                md_table(pd.DataFrame({"setting": list(mean_len), "mean acceptance length": list(mean_len.values())})), ""]
