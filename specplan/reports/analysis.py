@@ -1,4 +1,5 @@
-"""Pure table work behind the report: seed averages, series labels, Pareto fronts, histograms."""
+"""Pure table work behind the report: seed averages, series labels, figure layouts (colour per K, facets), Pareto
+fronts, histograms, latencies in ms."""
 
 from __future__ import annotations
 
