@@ -60,3 +60,11 @@ def test_a_user_error_inside_a_task_surfaces_as_its_one_line(tmp_path, ray_local
         execute([cfg], runner, RecordStore(tmp_path))
     assert str(exc.value).startswith("acceptance.recorded_path:") and "\n" not in str(exc.value)
     assert not list(tmp_path.iterdir())
+    # asked to collect failures instead, the backend runs the good config and names the bad one
+    from specplan.sweeps.records import config_key
+
+    good, failures = build_config(SWEEP["base"]), {}
+    with make_runner(backend, 1) as runner:
+        records = execute([cfg, good], runner, RecordStore(tmp_path), failures=failures)
+    assert list(records) == [config_key(good)] and list(failures) == [config_key(cfg)]
+    assert failures[config_key(cfg)].error == str(exc.value)

@@ -29,7 +29,9 @@ for _name in _COMMAND_MODULES:
 def main() -> None:
     """Console entry point: user errors print one line on stderr and exit 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a command's typer.Exit(code) comes back as its return value
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SpecplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

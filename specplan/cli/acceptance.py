@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from specplan.cli.output import console as make_console
 from rich.table import Table
 
 def default_k(kind: str, depth: int) -> int:
@@ -99,12 +99,15 @@ def register(app: typer.Typer) -> None:
         if k == 0:
             raise ConfigError("--max-draft-len: 0 drafts nothing; a replay needs K >= 1")
         requests = load_workload(trace)
-        console = Console(stderr=fmt == "json")
+        console = make_console(stderr=fmt == "json")
         console.print(f"Replaying {len(requests)} requests of {trace} through {drafter} at K={k} "
                       f"({settings.key()}).")
         cache = PrecomputeCache(cache_dir) if cache_dir is not None else None
-        steps = replay_trace(requests, settings, k, keep_drafts=dump_steps is not None, cache=cache,
-                             max_batch_size=max_batch_size)
+        from specplan.cli.progress import progress_bar
+
+        with progress_bar(f"replaying {len(requests)} requests"):  # elapsed only: the replay has no counter to poll
+            steps = replay_trace(requests, settings, k, keep_drafts=dump_steps is not None, cache=cache,
+                                 max_batch_size=max_batch_size)
         summary = summarize_replay(steps, k)
         if dump_steps is not None:
             write_steps(dump_steps, steps)

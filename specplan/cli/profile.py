@@ -9,12 +9,14 @@ overhead; gamma is derived from step times at the given context.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from specplan.cli.output import console as make_console
 from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
 from specplan.cost_models.models import MODELS
@@ -34,7 +36,7 @@ def list_profiles() -> None:
     for name in bundled_profile_names():
         profile, _ = load_profile(name)
         table.add_row(name, profile.provenance.kind, " ".join(profile.provenance.source.split()))
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"Any other GPU/MODEL or GPU/MODEL/tpN with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
                   "resolves to that pair's analytic roofline.", markup=False)
@@ -54,7 +56,7 @@ def show(
     if fmt == "json":
         print(json.dumps({"profile": name, **view}))
         return
-    console = Console()
+    console = make_console()
     console.print(model.describe())
     console.print(render_table(view, f"{name}: T(B,1) and γ(B,K) at context {context}"))
 
@@ -65,10 +67,19 @@ def plot(
     out: Path = typer.Option(..., "--out", help="Image file to write (PNG, SVG or PDF by extension)."),
     context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
 ) -> None:
-    """Draw T(B, 1) and gamma(B, K) against B, one curve per K."""
+    """Draw T(B, 1) and gamma(B, K) against B, one curve per K; a measured profile's curves are dashed
+    where they extrapolate past its calibration grid, the batch sizes beyond it shaded."""
     model = cost_model_from_profile(name)
-    plot_view(gamma_view(model, context), model.describe(), out)
-    Console(stderr=True).print(f"wrote {out}")
+    measured = load_profile(name)[0].measured_range
+    with warnings.catch_warnings():  # the figure marks the extrapolation; no per-dimension warnings
+        warnings.simplefilter("ignore")
+        plot_view(gamma_view(model, context), model.describe(), out, measured)
+    console = Console(stderr=True)
+    if measured is not None:
+        console.print(f"measured up to B = {measured.max_batch}, context {measured.max_context}, "
+                      f"{measured.tokens[0]}-{measured.tokens[1]} tokens per step; dashed and shaded beyond",
+                      markup=False)
+    console.print(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:

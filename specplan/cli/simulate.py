@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from specplan.config import SimConfig, load_config
+from specplan.errors import ConfigError
 
 SUMMARY_KEYS = (
     "completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
@@ -52,26 +52,51 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _table(summary: dict, baseline: Optional[dict]) -> Table:
+def summary_rows(summary: dict, baseline: Optional[dict]) -> list[list]:
+    """``[metric, value(, baseline value)]`` per row; latency percentiles in milliseconds, named
+    ``tpot p99 (ms)``."""
+    rows = []
+    for key in SUMMARY_KEYS:
+        val = summary[key]
+        if isinstance(val, dict):
+            for p in ("p50", "p90", "p99"):
+                ms = [None if d[key][p] is None else d[key][p] * 1e3 for d in (summary, baseline) if d is not None]
+                rows.append([f"{key.removesuffix('_s')} {p} (ms)", *ms])
+        else:
+            rows.append([key, val, *([baseline[key]] if baseline else [])])
+    return rows
+
+
+def _table(rows: list[list], baseline: bool) -> Table:
     table = Table(show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("speculative" if baseline else "value", justify="right")
     if baseline:
         table.add_column("baseline", justify="right")
-    for key in SUMMARY_KEYS:
-        val = summary[key]
-        if isinstance(val, dict):
-            for p in ("p50", "p90", "p99"):
-                row = [f"{key} {p}", _fmt(val[p])]
-                if baseline:
-                    row.append(_fmt(baseline[key][p]))
-                table.add_row(*row)
-        else:
-            row = [key, _fmt(val)]
-            if baseline:
-                row.append(_fmt(baseline[key]))
-            table.add_row(*row)
+    for name, *values in rows:
+        table.add_row(name, *map(_fmt, values))
     return table
+
+
+def _csv(rows: list[list], baseline: bool) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["metric", "speculative", "baseline"] if baseline else ["metric", "value"])
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return buf.getvalue()
+
+
+def _run_with_progress(cfg: SimConfig, cost, description: str):
+    """``simulate`` with a bar of completed requests once it runs longer than a couple of seconds."""
+    from specplan.cli.progress import progress_bar
+    from specplan.simulator.run import simulate as run_sim
+
+    seen: list = []
+    with progress_bar(description, lambda: (seen[0].done, seen[0].n) if seen else (0, cfg.workload.num_requests)):
+        return run_sim(cfg, cost, observe=seen.append)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,41 +106,54 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
         engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
         baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
-        fmt: str = typer.Option("table", "--format", help="table or json."),
+        fmt: str = typer.Option("table", "--format", help="table, csv or json (latencies in ms in table and csv)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
+        timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
+                                      "events; open in Perfetto)."),
     ) -> None:
         """Simulate one engine replica serving a workload, with speculative decoding as configured."""
-        from specplan.simulator.run import baseline_config, build_cost, resolve, simulate as run_sim
+        from specplan.cli.output import console as make_console
+        from specplan.simulator.run import baseline_config, build_cost, resolve
 
-        if fmt not in ("table", "json"):
-            raise typer.BadParameter("--format must be table or json")
+        if fmt not in ("table", "csv", "json"):
+            raise typer.BadParameter("--format must be table, csv or json")
+        if timeline and out is None:
+            raise ConfigError("--timeline: give --out DIR to write timeline.json into")
         from specplan.engine_config import engine_config_layer
 
         cfg = load_config(config, set_, engine_config_layer(engine_config))
         cost = build_cost(cfg)
-        console = Console(stderr=fmt == "json")
+        console = make_console(stderr=fmt != "table")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
         if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
             console.print(f"Resolved speculative config ({cfg.engine.engine}): "
                           f"{resolved.speculation.model_dump(exclude_defaults=True)}")
         console.print(describe_scenario(resolved, cost.describe()))
-        result = run_sim(cfg, cost)
-        base = run_sim(baseline_config(cfg), cost) if baseline else None
+        result = _run_with_progress(cfg, cost, "simulating")
+        base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
         summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
         summary["resolved_speculation"] = result.description.get("speculation")
         if base is not None:
             summary["baseline"] = {k: base.summary[k] for k in SUMMARY_KEYS}
             summary["speedup"] = result.summary["throughput_tok_s"] / base.summary["throughput_tok_s"]
         if out is not None:
-            result.save(out / "speculative" if base else out)
-            if base is not None:
-                base.save(out / "baseline")
+            for run, where in ((result, out / "speculative" if base else out), (base, out / "baseline")):
+                if run is not None:
+                    run.save(where)
+                    if timeline:
+                        from specplan.reports.timeline import write_timeline
+
+                        write_timeline(run.iterations, run.requests, where / "timeline.json")
         if fmt == "json":
             from specplan.simulator.metrics import plain
 
             print(json.dumps(plain(summary)))
             return
-        console.print(_table(summary, summary.get("baseline")))
+        rows = summary_rows(summary, summary.get("baseline"))
+        if fmt == "csv":
+            print(_csv(rows, base is not None), end="")
+            return
+        console.print(_table(rows, base is not None))
         if base is not None:
             console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
                           f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "

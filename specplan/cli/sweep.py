@@ -1,4 +1,9 @@
-"""``specplan sweep SWEEP.yaml --out DIR``: run a grid of scenarios, resumably, on a local pool or Ray."""
+"""``specplan sweep SWEEP.yaml --out DIR``: run a grid of scenarios, resumably, on a local pool or Ray.
+
+Points that cannot run (an invalid config, a run that raises) do not stop the others: they are
+written to ``DIR/failures.jsonl``, printed at the end, and the command exits 1. ``--dry-run``
+validates every point, counts the runs and estimates the time, and runs nothing else.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,33 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+
+from specplan.cli.output import console as make_console
+
+FAILED_EXIT = 1
+
+
+def _dry_run(console: Console, sweep_spec, out: Path, workers: Optional[int]) -> int:
+    from specplan.sweeps.runners import default_workers
+    from specplan.sweeps.sweep import estimate_time, plan_sweep
+
+    plan = plan_sweep(sweep_spec, out)
+    n_valid, n_bad = len(plan.points), len(plan.invalid)
+    todo = plan.to_run
+    console.print(f"{n_valid + n_bad} points ({n_bad} invalid), {len(plan.runs)} distinct runs "
+                  f"{'with' if sweep_spec.baseline else 'without'} baselines; {len(plan.recorded)} already "
+                  f"recorded in {out}, {len(todo)} to run.")
+    workers = workers or default_workers()
+    est = estimate_time(plan, workers)
+    if est is not None:
+        console.print(f"Estimate: about {est.seconds:.0f} s on {min(workers, len(todo))} worker(s) (one sample run took "
+                      f"{est.sample_cpu_s:.2f} CPU s for {est.sample_tokens} output tokens; each run scaled by its "
+                      "output tokens).")
+    elif todo:
+        console.print("No estimate: every sample run failed (the sweep will list them).")
+    for bad in plan.invalid:
+        console.print(f"invalid: {bad.error}", markup=False)
+    return FAILED_EXIT if plan.invalid else 0
 
 
 def register(app: typer.Typer) -> None:
@@ -19,13 +51,16 @@ def register(app: typer.Typer) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
         engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the sweep's base (see specplan config import)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Validate, count the runs, estimate the time; run nothing."),
     ) -> None:
-        """Run every point of a sweep (skipping those already recorded in --out) and write the result table."""
+        """Run every point of a sweep (skipping those already recorded in --out) and write the result table.
+
+        Exits 1 when some points failed (listed at the end and in DIR/failures.jsonl)."""
         from specplan.sweeps.runners import make_runner
         from specplan.sweeps.spec import read_sweep
-        from specplan.sweeps.sweep import TABLE_FILE, run_sweep
+        from specplan.sweeps.sweep import FAILURES_FILE, TABLE_FILE, run_sweep
 
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         sweep_spec = read_sweep(spec)
         if engine_config is not None:
             from dataclasses import replace
@@ -33,10 +68,18 @@ def register(app: typer.Typer) -> None:
             from specplan.engine_config import import_engine_config, merge_sections
 
             sweep_spec = replace(sweep_spec, base=merge_sections(sweep_spec.base, import_engine_config(engine_config).sections))
+        if dry_run:
+            raise typer.Exit(_dry_run(console, sweep_spec, out, workers))
+        failures: list = []
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
                           f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "
                           f"{runner.workers} worker(s).")
-            table = run_sweep(sweep_spec, out, runner, progress)
+            table = run_sweep(sweep_spec, out, runner, progress, failures)
         console.print(f"Wrote {out / TABLE_FILE}: {len(table)} runs x {table.shape[1]} columns. "
                       f"Next: specplan report {out}")
+        if failures:
+            console.print(f"{len(failures)} point(s) failed (also in {out / FAILURES_FILE}):", markup=False)
+            for f in failures:
+                console.print(f"  {f.error}", markup=False)
+            raise typer.Exit(FAILED_EXIT)

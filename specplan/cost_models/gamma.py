@@ -42,16 +42,51 @@ def render_table(view: dict, title: str):
     return table
 
 
-def plot_view(view: dict, title: str, out: str | Path) -> None:
-    """Draw T(B, 1) and gamma(B, K) against B, one curve per K, to an image file."""
+def measured_mask(b: Sequence[int], query_len: int, context: int, measured) -> list[bool]:
+    """Per B: whether a uniform batch of B rows of ``query_len`` tokens at ``context`` lies inside a
+    profile's ``measured_range`` (batch, total tokens, context); everything is inside when None."""
+    if measured is None:
+        return [True] * len(b)
+    lo, hi = measured.tokens
+    return [x <= measured.max_batch and lo <= x * query_len <= hi and context <= measured.max_context for x in b]
+
+
+def _split_plot(ax, b, y, inside, **style) -> None:
+    """Solid where measured, dashed in the same colour (and unlabelled) where extrapolated; the dashed
+    part starts at the last measured point so the curve stays joined."""
+    solid = ax.plot([x if m else None for x, m in zip(b, inside)], [v if m else None for v, m in zip(y, inside)],
+                    "-", **style)[0]
+    style.pop("label", None)
+    style["color"] = solid.get_color()
+    outside = [not m or (i + 1 < len(inside) and not inside[i + 1]) for i, m in enumerate(inside)]
+    if not all(inside):
+        ax.plot([x if o else None for x, o in zip(b, outside)], [v if o else None for v, o in zip(y, outside)], "--",
+                alpha=0.6, **style)
+
+
+def plot_view(view: dict, title: str, out: str | Path, measured=None) -> None:
+    """Draw T(B, 1) and gamma(B, K) against B, one curve per K, to an image file.
+
+    With a measured profile's ``measured_range``, each curve is solid where the calibration grid
+    covered it and dashed where it extrapolates, and the batch sizes past the measured edge are shaded.
+    """
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_g) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax_t.plot(view["B"], [t * 1e3 for t in view["t_base_s"]], color="black")
+    b, ctx = view["B"], view["context"]
+    _split_plot(ax_t, b, [t * 1e3 for t in view["t_base_s"]], measured_mask(b, 1, ctx, measured), color="black")
     ax_t.set(xlabel="batch size B", ylabel="T(B, 1) [ms]", title="decode step time")
     for k, g in view["gamma"].items():
-        ax_g.plot(view["B"], g, label=f"K={k}")
-    ax_g.set(xlabel="batch size B", ylabel="γ(B, K)", title=f"cost per verified position, context {view['context']}")
+        _split_plot(ax_g, b, g, measured_mask(b, 1 + int(k), ctx, measured), label=f"K={k}")
+    ax_g.set(xlabel="batch size B", ylabel="γ(B, K)", title=f"cost per verified position, context {ctx}")
+    if measured is not None:
+        edge = measured.max_batch if ctx <= measured.max_context else min(b)
+        what = (f"extrapolated (beyond measured B ≤ {measured.max_batch})" if ctx <= measured.max_context
+                else f"extrapolated (context {ctx} > measured {measured.max_context})")
+        for ax in (ax_t, ax_g):
+            if edge < max(b):
+                ax.axvspan(edge, max(b), color="tab:orange", alpha=0.12, label=what if ax is ax_g else None)
+            ax.axvline(edge, color="tab:orange", lw=1.0)
     ax_g.legend(ncol=2, fontsize=8)
     for ax in (ax_t, ax_g):
         ax.grid(alpha=0.3)

@@ -1,11 +1,18 @@
-"""Pure table work behind the report: seed averages, series labels, Pareto fronts, histograms."""
+"""Pure table work behind the report: seed averages, series labels, figure layouts (colour per K, facets), Pareto
+fronts, histograms, latencies in ms."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
+
+# Axes that set the load: with a measured x (mean batch rows) their values are points along a line.
+LOAD_AXES = ("workload.rate", "workload.concurrency", "engine.max_batch_size", "workload.num_requests")
+LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_s\.(p\d+|mean)$")
 
 
 def short_names(columns: Sequence[str]) -> dict[str, str]:
@@ -15,11 +22,46 @@ def short_names(columns: Sequence[str]) -> dict[str, str]:
 
 
 def label_rows(df: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
-    """``name=value, ...`` per row over ``columns`` (``all runs`` when there are none)."""
+    """``name=value, ...`` per row over ``columns`` (``all runs`` when there are none), each value
+    as its column holds it (column by column: a row-wise pass would turn ints into floats)."""
     if not columns:
         return pd.Series(["all runs"] * len(df), index=df.index)
     names = short_names(columns)
-    return df[list(columns)].apply(lambda r: ", ".join(f"{names[c]}={r[c]}" for c in columns), axis=1)
+    parts = [[f"{names[c]}={v}" for v in df[c].tolist()] for c in columns]
+    return pd.Series([", ".join(p) for p in zip(*parts)], index=df.index)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a figure against ``x`` splits the points: one colour per value of ``colour`` (the
+    speculation axis the operator chooses, usually K), one panel per combination of ``facets``;
+    ``along`` are axes whose values become points along a line (the load, when x is measured)."""
+
+    x: str
+    colour: Optional[str]
+    facets: tuple[str, ...]
+    along: tuple[str, ...] = ()
+
+
+def layout(axes: Sequence[str], zipped: Sequence[str], x: str) -> Layout:
+    """The layout for ``x`` over a sweep's axes: axes zipped with ``x`` move with it (they are not
+    separate lines); a measured ``x`` takes the load axes as points along each line."""
+    others = [a for a in axes if a != x and not (x in zipped and a in zipped)]
+    along = tuple(a for a in others if a in LOAD_AXES) if x not in axes else ()
+    rest = [a for a in others if a not in along]
+    colour = next((a for a in rest if a.startswith("speculation.")), rest[0] if rest else None)
+    return Layout(x, colour, tuple(a for a in rest if a != colour), along)
+
+
+def ms_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Latency columns (``tpot_s.p99`` ...) in milliseconds, renamed ``tpot p99 (ms)``; the rest as is."""
+    out = df.copy()
+    for c in df.columns:
+        m = LATENCY.match(str(c))
+        if m:
+            out[c] = df[c] * 1e3
+            out = out.rename(columns={c: f"{m.group(1)} {m.group(2)} (ms)"})
+    return out
 
 
 def seed_means(df: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:

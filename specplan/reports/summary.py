@@ -1,18 +1,22 @@
 """``specplan report DIR``: PNG figures and a Markdown summary of a finished sweep.
 
-Figures (each only when the sweep has what it needs):
+Figures (each only when the sweep has what it needs), each with its data as ``NAME.csv`` beside it:
 
 - ``speedup_vs_rate.png``: speedup against ``workload.rate`` (when it is an axis);
 - ``speedup_vs_batch.png``: speedup against ``workload.concurrency`` or ``engine.max_batch_size``
   (the first that is an axis), else against the measured mean batch rows;
-- ``throughput_vs_tpot.png``: throughput against p99 TPOT, the Pareto front marked;
+- ``throughput_vs_tpot.png``: throughput against p99 TPOT, the Pareto front marked, the baselines drawn;
 - ``acceptance_length.png``: acceptance-length distribution per speculation/acceptance setting;
-- ``gamma.png``: gamma(B, K) of every cost profile the sweep used;
+- ``gamma.png``: gamma(B, K) of every cost profile the sweep used, for every K it swept;
 - ``gate.png``: when the SpeculationGate tripped, for every run that configured one.
 
 Speedup is measured against the baseline runs the sweep makes (``baseline: true``, the default): the
-same scenario with speculation off. Lines are seed means; each line is one combination of the
-swept fields other than the x axis (so one line per K or schedule when that is all that varies).
+same scenario with speculation off, drawn as the dashed line at 1.0. Lines are seed means, one colour
+per value of the first swept ``speculation.*`` field (K, or the schedule), one row of panels per
+combination of the other swept fields (``analysis.layout``); fields zipped with the x axis move with
+it. Every point is numbered (``#``) the same way in the figures, the CSVs and the tables, and each
+point slower than its baseline is explained by its largest cost term (``reports.explain``). Points
+that failed (``failures.jsonl``) are listed first. Latencies in the tables are in ms.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import pandas as pd
 
 from specplan.errors import SpecplanError
 from specplan.reports import plots
-from specplan.reports.analysis import (acceptance_length_distribution, label_rows, md_table, pareto_front,
-                                       seed_means, short_names)
+from specplan.reports.explain import losing_section
+from specplan.reports.analysis import (acceptance_length_distribution, label_rows, layout, md_table, ms_columns,
+                                       pareto_front, seed_means, short_names)
 from specplan.atomic import atomic_write_text
-from specplan.sweeps.sweep import open_sweep
+from specplan.sweeps.records import RecordStore
+from specplan.sweeps.sweep import FAILURES_FILE, RECORDS_DIR, open_sweep
 
 REPORT_FILE = "report.md"
 BATCH_AXES = ("workload.concurrency", "engine.max_batch_size")
@@ -40,7 +46,7 @@ def _gamma_curves(configs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     from specplan.cost_models.registry import make_cost_model
 
     costs = {json.dumps(c.cost.model_dump(mode="json"), sort_keys=True): c.cost for c in configs}
-    ks = sorted({c.speculation.max_draft_len for c in configs if c.speculation.max_draft_len > 0})[:4] or [1]
+    ks = sorted({c.speculation.max_draft_len for c in configs if c.speculation.max_draft_len > 0}) or [1]
     b = np.unique(np.round(np.geomspace(1, max(c.engine.max_batch_size for c in configs), 24)).astype(int))
     curves = {}
     for i, cost_cfg in enumerate(costs.values()):
@@ -51,47 +57,102 @@ def _gamma_curves(configs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return curves
 
 
+def _with_records(table: pd.DataFrame, records_dir: Path) -> pd.DataFrame:
+    """The table with what its records hold beside the summary: each run's cost terms
+    (``cost_terms.*``, absent in records of an older specplan) and its baseline's p99 TPOT and
+    throughput (``baseline.*``)."""
+    store = RecordStore(records_dir)
+    own = [store.read(k).get("cost_terms") for k in table["key"]]
+    out = table
+    if all(t is not None for t in own):
+        out = out.assign(**{f"cost_terms.{name}": [t[name] for t in own] for name in own[0]})
+    if "baseline_key" in table.columns:
+        base = {k: store.read(k)["summary"] for k in dict.fromkeys(table["baseline_key"])}
+        out = out.assign(**{
+            "baseline.tpot_s.p99": [base[k]["tpot_s"]["p99"] for k in table["baseline_key"]],
+            "baseline.throughput_tok_s": [base[k]["throughput_tok_s"] for k in table["baseline_key"]]})
+    return out
+
+
+def _baseline_points(means: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """One row per baseline scenario (the non-speculation axes' values), its p99 TPOT and throughput."""
+    if "baseline.tpot_s.p99" not in means.columns:
+        return pd.DataFrame(columns=["tpot_s.p99", "throughput_tok_s"])
+    scenario = [a for a in axes if not a.startswith("speculation.")]
+    rows = means.drop_duplicates(scenario) if scenario else means.head(1)
+    return rows[[*scenario, "baseline.tpot_s.p99", "baseline.throughput_tok_s"]].rename(
+        columns={"baseline.tpot_s.p99": "tpot_s.p99", "baseline.throughput_tok_s": "throughput_tok_s"})
+
+
+def _failures(sweep_dir: Path) -> list[str]:
+    path = sweep_dir / FAILURES_FILE
+    return [json.loads(line)["error"] for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
 def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) -> Path:
-    """Write the figures and ``report.md`` for the sweep in ``sweep_dir``; returns the Markdown path."""
+    """Write the figures (each with its CSV) and ``report.md`` for the sweep in ``sweep_dir``;
+    returns the Markdown path."""
+    sweep_dir = Path(sweep_dir)
     spec, points, table = open_sweep(sweep_dir)
-    out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "report"
+    out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     axes = spec.axes
-    means = seed_means(table, axes)
+    failed = _failures(sweep_dir)
+    md = [f"# Sweep report: {spec.source}", ""]
+    if failed:
+        md += [f"{len(failed)} point(s) failed and are not in this report (`failures.jsonl`):", "",
+               *[f"- {e}" for e in failed], ""]
+    if table.empty:
+        md += ["No point ran, so there is nothing to plot."]
+        return atomic_write_text(out / REPORT_FILE, "\n".join(md))
+    means = seed_means(_with_records(table, sweep_dir / RECORDS_DIR), axes)
     means.insert(0, "#", np.arange(1, len(means) + 1))  # point numbers, as the figures label them
     names = short_names(axes)
     seeds = table["seed"].nunique()
-    md = [f"# Sweep report: {spec.source}", "",
-          f"{len(table)} runs: {len(means)} points x {seeds} seed(s). Axes: "
-          + (", ".join(f"`{a}`" for a in axes) or "none") + ". Figures and tables use seed means.", ""]
+    md += [f"{len(table)} runs: {len(means)} points x {seeds} seed(s). Axes: "
+           + (", ".join(f"`{a}`" for a in axes) or "none") + ". Figures and tables use seed means; latencies "
+           "in ms. Each figure's data is in the CSV of the same name beside it.", ""]
 
     cols = ["#", *axes, *[c for c in HEADLINE if c in means.columns]]
-    md += ["## Best points by goodput", "", md_table(means.sort_values("goodput_tok_s", ascending=False)[cols].head(10)), ""]
+    best = means.sort_values("goodput_tok_s", ascending=False)[cols].head(10)
+    md += ["## Best points by goodput", "", md_table(ms_columns(best)), ""]
     if "workload.rate" in axes:
         best = means.loc[means.groupby("workload.rate", sort=False)["goodput_tok_s"].idxmax()]
-        md += ["### Best per arrival rate", "", md_table(best[cols]), ""]
+        md += ["### Best per arrival rate", "", md_table(ms_columns(best[cols])), ""]
 
     md += ["## Speedup", ""]
     if "speedup" not in means.columns:
         md += ["No baselines in this sweep (`baseline: false`), so no speedup figures.", ""]
     else:
         if "workload.rate" in axes:
-            others = [a for a in axes if a != "workload.rate"]
-            plots.speedup(means, "workload.rate", "arrival rate (req/s)", label_rows(means, others), out / "speedup_vs_rate.png")
+            plots.speedup(means, layout(axes, list(spec.zip), "workload.rate"), "arrival rate (req/s)", axes,
+                          out / "speedup_vs_rate.png")
             md += ["![speedup vs arrival rate](speedup_vs_rate.png)", ""]
         x = next((a for a in BATCH_AXES if a in axes), "mean_batch_rows")
-        others = [a for a in axes if a != x]
-        plots.speedup(means, x, names.get(x, "mean batch rows (measured)"), label_rows(means, others),
-                      out / "speedup_vs_batch.png")
+        lay = layout(axes, list(spec.zip), x)
+        plots.speedup(means, lay, names.get(x, "mean batch rows (measured)"), axes, out / "speedup_vs_batch.png")
         md += ["![speedup vs batch size](speedup_vs_batch.png)", "",
+               f"One line per `{lay.colour}`" + (f", one row of panels per {', '.join(f'`{a}`' for a in lay.facets)}"
+                                                 if lay.facets else "") + "; the dashed line is the baseline. "
+               if lay.colour else "",
                "Left: output throughput over the baseline's (at a fixed arrival rate below saturation both "
                "follow the arrivals). Right: the baseline's mean TPOT over this run's.", ""]
 
+        config_of = {tuple(row): p.config for row, p in zip(table[axes].itertuples(index=False, name=None), points)}
+        md += ["### Why configurations lose", "", *losing_section(means, axes, config_of), ""]
+
+    colour = layout(axes, list(spec.zip), "tpot_s.p99").colour
     front = pareto_front(means["tpot_s.p99"].to_numpy(), means["throughput_tok_s"].to_numpy())
-    plots.throughput_vs_tpot(means, front, "#" + means["#"].astype(str), out / "throughput_vs_tpot.png")
-    md += ["## Throughput against p99 TPOT", "", "![throughput vs p99 TPOT](throughput_vs_tpot.png)", "",
-           "Pareto front (no other point has both lower p99 TPOT and higher throughput; `#` numbers the points):", "",
-           md_table(means[front].sort_values("tpot_s.p99")[["#", *axes, "tpot_s.p99", "throughput_tok_s"]]), ""]
+    baselines = _baseline_points(means, axes)
+    plots.throughput_vs_tpot(means, front, colour, axes, ms_columns(baselines), out / "throughput_vs_tpot.png")
+    md += ["## Throughput against p99 TPOT", "", "![throughput vs p99 TPOT](throughput_vs_tpot.png)", ""]
+    if len(baselines):
+        md += [(f"Colour: `{colour}`. " if colour else "") + "Baselines (speculation off; the black crosses):", "",
+               md_table(ms_columns(baselines)), ""]
+    md += ["Pareto front (no other point has both lower p99 TPOT and higher throughput; `#` numbers the points, "
+           "every point is in the table at the end):", "",
+           md_table(ms_columns(means[front].sort_values("tpot_s.p99")[["#", *axes, "tpot_s.p99", "throughput_tok_s"]])),
+           ""]
 
     group = [a for a in axes if a.startswith(("speculation.", "acceptance."))]
     labels = label_rows(table, group)
@@ -100,7 +161,10 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
     dists = {k: v for k, v in dists.items() if len(v)}
     md += ["## Acceptance length", ""]
     if dists:
-        plots.acceptance_lengths(dists, out / "acceptance_length.png")
+        # coloured as the other figures colour their points (by K), when that axis is in the grouping
+        by = colour if colour in group else None
+        keys = {lab: table.loc[labels == lab, by].iloc[0] for lab in dists} if by else None
+        plots.acceptance_lengths(dists, out / "acceptance_length.png", keys)
         mean_len = {k: float(np.dot(np.arange(1, len(v) + 1), v)) for k, v in dists.items()}
         md += ["![acceptance length](acceptance_length.png)", "",
                md_table(pd.DataFrame({"setting": list(mean_len), "mean acceptance length": list(mean_len.values())})), ""]
@@ -126,19 +190,18 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
         rows = table.iloc[gated]
         run_ids = [f"run {i + 1}" for i in gated]
         tripped = rows["gate_tripped_s"].to_numpy(dtype=float)
-        plots.gate_trips(run_ids, rows["makespan_s"].to_numpy(dtype=float), tripped, out / "gate.png")
         gate_table = pd.DataFrame({
             "run": run_ids,
             "setting": label_rows(rows, [*axes, "seed"]).to_numpy(),
             "tripped at iteration": rows["gate_tripped_iteration"].to_numpy(),
             "tripped at (s)": tripped,
+            "makespan (s)": rows["makespan_s"].to_numpy(dtype=float),
             "share of makespan": tripped / rows["makespan_s"].to_numpy(dtype=float),
         })
+        plots.gate_trips(gate_table, out / "gate.png")
         n = int((~np.isnan(tripped)).sum())
         md += [f"The gate tripped in {n} of {len(gated)} gated runs ('-': never).", "", "![gate](gate.png)", "",
                md_table(gate_table), ""]
 
-    path = out / REPORT_FILE
-    text = "\n".join(md)
-    atomic_write_text(path, text)
-    return path
+    md += ["## All points", "", md_table(ms_columns(means[cols])), ""]
+    return atomic_write_text(out / REPORT_FILE, "\n".join(md))

@@ -134,13 +134,14 @@ def resolve(cfg: SimConfig) -> SimConfig:
 
 
 def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,
-             drafter_cache=None) -> SimResult:
+             drafter_cache=None, observe=None) -> SimResult:
     """Run one scenario to completion and return its tables and summary.
 
     ``cost``, ``requests`` and ``drafter_cache`` (a ``drafters.PrecomputeCache`` of precomputed
     drafter tables) may be passed pre-built to share them across runs. With
     ``record_batches`` the result's ``batches`` table holds every step's rows (request, query
-    tokens, resident context, prefill flag), for replaying the schedule on a device.
+    tokens, resident context, prefill flag), for replaying the schedule on a device. ``observe``
+    is called with the executor before it runs.
     """
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
@@ -152,6 +153,8 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     oracle = build_oracle(cfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
+    if observe is not None:  # e.g. a progress bar reading the executor's counters from another thread
+        observe(ex)
     ex.run()
     req = metrics.request_table(ex, requests)
     its = metrics.iteration_table(ex)

@@ -10,6 +10,8 @@ the driver, puts it in the object store and passes the reference to every task t
 
 Records are written by the driver only, each as soon as its run returns (see ``records``), so a
 sweep killed at any point resumes where it stopped: :func:`execute` skips every key already on disk.
+A run that raises yields a :class:`RunFailure` (its key and the error in one line) instead of a
+record; the other runs go on, and a failed run has no record, so the next sweep retries it.
 The local pool uses forkserver processes, so a script that starts a sweep needs the usual
 ``if __name__ == "__main__":`` guard.
 """
@@ -24,6 +26,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -114,18 +117,39 @@ def run_record(cfg_json: dict, **shared) -> dict:
         if name not in shared:
             shared[name] = build(key_of(cfg))
     result = simulate(cfg, **shared)
-    return make_record(cfg, result.summary, result.description)
+    from specplan.simulator.cost_split import cost_terms
+
+    record = make_record(cfg, result.summary, result.description)
+    # beside the summary: what the report needs to say why a configuration loses, from this run's iterations
+    record["cost_terms"] = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
+    return record
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """A run that raised: its config's key, the error as one line, and the exception itself."""
+
+    key: str
+    error: str
+    exception: BaseException
+
+    @classmethod
+    def of(cls, key: str, exc: BaseException) -> "RunFailure":
+        # A user error is its own line; anything else is named by its type so a bug stays visible.
+        text = str(exc) if isinstance(exc, SpecplanError) else f"{type(exc).__name__}: {exc}"
+        return cls(key, " ".join(text.split()), exc)
 
 
 # ----------------------------------------------------------------------------- backends
 class Runner(ABC):
-    """Runs configs and yields each record as it completes (any order); a context manager."""
+    """Runs configs and yields each record (or :class:`RunFailure`) as it completes (any order);
+    a context manager."""
 
     workers: int
 
     @abstractmethod
-    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
-        """Yield the record of every config, in completion order."""
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict | RunFailure]:
+        """Yield the record of every config, or its failure, in completion order."""
 
     @abstractmethod
     def close(self) -> None:
@@ -193,22 +217,24 @@ class LocalRunner(Runner):
                                              initargs=(os.getpid(),))
         return self._pool
 
-    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict | RunFailure]:
         # At most four tasks per worker in flight, topped up as they finish: results stream back in
         # completion order without every config being queued up front.
         todo = iter(configs)
-        running: set = set()
+        keys: dict = {}  # future -> config key, to name a failed run
         limit = 4 * self.workers
         while True:
             for cfg in todo:
-                running.add(self._started().submit(run_record, config_json(cfg)))
-                if len(running) >= limit:
+                keys[self._started().submit(run_record, config_json(cfg))] = config_key(cfg)
+                if len(keys) >= limit:
                     break
-            if not running:
+            if not keys:
                 return
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(keys, return_when=FIRST_COMPLETED)
             for fut in done:
-                yield fut.result()
+                key = keys.pop(fut)
+                exc = fut.exception()
+                yield fut.result() if exc is None else RunFailure.of(key, exc)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -266,20 +292,19 @@ class RayRunner(Runner):
             refs[name] = self._refs[key]
         return refs
 
-    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict]:
+    def run(self, configs: Sequence[SimConfig]) -> Iterator[dict | RunFailure]:
         if not configs:
             return
         task = self._connect()
-        pending = [task.remote(config_json(c), **self._shared_refs(c)) for c in configs]
+        keys = {task.remote(config_json(c), **self._shared_refs(c)): config_key(c) for c in configs}
+        pending = list(keys)
         while pending:
             done, pending = self._ray.wait(pending, num_returns=1)
             try:
-                record = self._ray.get(done[0])
+                yield self._ray.get(done[0])
             except self._ray.exceptions.RayTaskError as exc:
-                if isinstance(exc.cause, SpecplanError):  # a user error: its one line, not Ray's traceback
-                    raise exc.cause from None
-                raise
-            yield record
+                # the task's own exception (a user error's one line), not Ray's wrapped traceback
+                yield RunFailure.of(keys[done[0]], exc.cause if exc.cause is not None else exc)
 
     def close(self) -> None:
         self._refs.clear()
@@ -301,21 +326,35 @@ def make_runner(backend: str = "local", workers: Optional[int] = None, address: 
 
 
 # ----------------------------------------------------------------------------- driving
-def execute(configs: Iterable[SimConfig], runner: Runner, store: RecordStore, progress: bool = False,
-            description: str = "simulating") -> dict[str, dict]:
-    """Run every config whose record is missing, writing each record as it completes.
-
-    Returns ``{key: record}`` for all the configs (read back from the store for those already done).
-    Duplicate configs run once. ``progress`` shows a bar with an ETA on stderr.
-    """
+def unique_configs(configs: Iterable[SimConfig]) -> dict[str, SimConfig]:
+    """``{key: config}``, each distinct resolved config once, first occurrence kept."""
     unique: dict[str, SimConfig] = {}
     for cfg in configs:
         unique.setdefault(config_key(cfg), cfg)
+    return unique
+
+
+def execute(configs: Iterable[SimConfig], runner: Runner, store: RecordStore, progress: bool = False,
+            description: str = "simulating", failures: Optional[dict[str, RunFailure]] = None) -> dict[str, dict]:
+    """Run every config whose record is missing, writing each record as it completes.
+
+    Returns ``{key: record}`` for the configs that have one (read back from the store for those
+    already done). Duplicate configs run once. ``progress`` shows a bar with an ETA on stderr.
+    A run that fails re-raises its error once the others are done, unless ``failures`` is given:
+    then it is stored there by key and left out of the result.
+    """
+    unique = unique_configs(configs)
     store.remove_stale_temporaries()
     todo = [cfg for key, cfg in unique.items() if not store.has(key)]
+    failed: dict[str, RunFailure] = {} if failures is None else failures
     for rec in _with_progress(runner.run(todo), len(todo), progress, description, len(unique) - len(todo)):
-        store.write(rec)
-    return {key: store.read(key) for key in unique}
+        if isinstance(rec, RunFailure):
+            failed[rec.key] = rec
+        else:
+            store.write(rec)
+    if failures is None and failed:
+        raise next(iter(failed.values())).exception
+    return {key: store.read(key) for key in unique if key not in failed}
 
 
 def _with_progress(records: Iterator[dict], total: int, show: bool, description: str, skipped: int) -> Iterator[dict]:

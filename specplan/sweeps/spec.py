@@ -74,6 +74,14 @@ class Point:
     config: SimConfig
 
 
+@dataclass(frozen=True)
+class InvalidPoint:
+    """A point whose config failed validation: its axis values (and seed) and the one-line error."""
+
+    values: dict[str, Any]
+    error: str
+
+
 def check_field(dotted: str, where: str) -> None:
     """Fail with one line unless ``dotted`` names a field (or section) of ``SimConfig``."""
     model: Optional[type[BaseModel]] = SimConfig
@@ -153,8 +161,12 @@ def read_sweep(path: str | Path) -> SweepSpec:
     return parse_sweep(read_yaml(path), str(path), path.parent)
 
 
-def expand(spec: SweepSpec) -> list[Point]:
-    """Every point of the sweep, each validated (config rules and engine presets) before any runs."""
+def expand(spec: SweepSpec, invalid: Optional[list[InvalidPoint]] = None) -> list[Point]:
+    """Every point of the sweep, each validated (config rules and engine presets) before any runs.
+
+    The first invalid point raises, unless ``invalid`` is given: then each one is appended there and
+    the valid points are returned (a sweep runs those and reports the rest).
+    """
     from specplan.simulator.run import resolve
 
     grid_items = list(itertools.product(*spec.grid.values()))
@@ -173,10 +185,16 @@ def expand(spec: SweepSpec) -> list[Point]:
                     data["seed"] = seed
                 parts = [f"{k}={v}" for k, v in values.items()] + ([f"seed={seed}"] if seed is not None else [])
                 source = f"{spec.source}: point {', '.join(parts)}" if parts else spec.source
-                cfg = build_config(data, source)
                 try:
-                    resolve(cfg)
+                    cfg = build_config(data, source)
+                    try:
+                        resolve(cfg)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{source}: {exc}") from None
                 except ConfigError as exc:
-                    raise ConfigError(f"{source}: {exc}") from None
+                    if invalid is None:
+                        raise
+                    invalid.append(InvalidPoint({**values, **({"seed": seed} if seed is not None else {})}, str(exc)))
+                    continue
                 points.append(Point(values, cfg))
     return points
