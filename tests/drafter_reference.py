@@ -422,16 +422,9 @@ class SuffixDecodingRef:
         self.seen = {}  # request id -> number of response tokens added
 
     def propose(self, rid, prompt, output_so_far, k, max_len):
-        if rid not in self.local:
-            self.local[rid] = SuffixTreeRef(self.depth)
-            self.local[rid].extend(0, prompt)
-            self.seen[rid] = 0
-            if self.max_cached != 0:
-                self.cached.append(rid)
-                while self.max_cached > 0 and len(self.cached) > self.max_cached:
-                    victim = next(r for r in self.cached if r != rid)
-                    self.cached.remove(victim)
-                    self.global_tree.remove(victim)
+        if len(prompt) + len(output_so_far) >= max_len:  # vLLM: at max_model_len, skipped untouched
+            return []
+        self._start(rid, prompt)
         new = output_so_far[self.seen[rid]:]
         self.seen[rid] = len(output_so_far)
         self.local[rid].extend(0, new)
@@ -447,7 +440,22 @@ class SuffixDecodingRef:
                 best = cand
         return best[0]
 
-    def finish(self, rid, output):
+    def _start(self, rid, prompt):
+        """``start_request`` on a request's first proposal; evicts the oldest other global slot."""
+        if rid not in self.seen:
+            self.local[rid] = SuffixTreeRef(self.depth)
+            self.local[rid].extend(0, prompt)
+            self.seen[rid] = 0
+            if self.max_cached != 0:
+                self.cached.append(rid)
+                while self.max_cached > 0 and len(self.cached) > self.max_cached:
+                    victim = next(r for r in self.cached if r != rid)
+                    self.cached.remove(victim)
+                    self.global_tree.remove(victim)
+
+    def finish(self, rid, prompt, output):
+        """The finishing step adds the last tokens (a request never proposed for is started first)."""
+        self._start(rid, prompt)
         new = output[self.seen[rid]:]
         if rid in self.cached:
             self.global_tree.extend(rid, new)

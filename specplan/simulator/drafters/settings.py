@@ -32,8 +32,9 @@ class DrafterSettings:
     """One drafter's settings. ``kind`` is one of ``ngram | sa | vllm_ngram | suffix | pld``.
 
     ``max_draft_len`` is K for replays and for the fixed-K precompute of the NGram pool; the
-    simulator passes K per iteration. ``eos_token_ids`` only matters for HF's prompt lookup, which
-    cuts a draft before the first EOS.
+    simulator passes K per iteration. ``eos_token_ids``: HF's prompt lookup cuts a draft before the
+    first EOS, and an output ending in one is not at its generation limit (``limits``).
+    ``max_model_len`` bounds vLLM's suffix drafts (None: no bound, the traces are far from it).
     """
 
     kind: str
@@ -53,6 +54,7 @@ class DrafterSettings:
     suffix_min_token_prob: float = 0.1
     pld_variant: str = "reference"
     eos_token_ids: tuple[int, ...] = ()
+    max_model_len: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
@@ -88,6 +90,8 @@ class DrafterSettings:
             raise ConfigError(f"suffix_min_token_prob: must be in [0, 1], got {self.suffix_min_token_prob}")
         if self.suffix_max_spec_factor < 0:
             raise ConfigError(f"suffix_max_spec_factor: must be >= 0, got {self.suffix_max_spec_factor}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError(f"max_model_len: must be >= 2, got {self.max_model_len}")
         if self.pld_variant not in ("reference", "hf"):
             raise ConfigError(f"pld_variant: choose reference or hf, got {self.pld_variant!r}")
 
@@ -125,7 +129,7 @@ class DrafterSettings:
         fields = {"kind": self.kind}
         if self.kind == "ngram":
             fields.update(n=self.ngram_size, keep_all=self.is_keep_all, oldest=self.is_use_oldest,
-                          public=self.is_public_pool)
+                          public=self.is_public_pool, eos=self.eos_token_ids)  # EOS decides the limit
         elif self.kind == "sa":
             fields.update(n=self.ngram_size, global_pool=self.enable_global_pool)
         elif self.kind == "vllm_ngram":

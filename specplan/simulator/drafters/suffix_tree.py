@@ -6,19 +6,27 @@ global slot when it first drafts and the oldest other slot is evicted FIFO (0 di
 Each step (vLLM's ``propose``): append the newly committed tokens to both trees, take the last
 ``max_tree_depth`` tokens as context, ``speculate`` on both with ``max_spec_tokens =
 min(K, max_model_len - num_tokens - 1)`` and keep the global draft only if its score is higher.
+vLLM has no rule at the request's ``max_tokens`` here (``limits``); without ``max_model_len`` set
+the bound is K alone. A request vLLM never drafted for (one output token) still enters the trees:
+the proposer sees it after its prefill sample.
 
 ``SuffixTree::speculate`` (``_speculate_path``): for match_len = 1 .. len(context)-1, stopping at
 the first length that does not occur: ``max_tokens = min(max_spec_tokens, int(match_len *
-max_spec_factor + max_spec_offset + 1e-6))``; walk the highest-count child, ``prob *= child/node``,
+max_spec_factor + max_spec_offset + 1e-6))``; walk the head child, ``prob *= child/node``,
 emitting while ``prob >= min_token_prob``; score = sum of probs; ``>=`` keeps the longer match on
 ties. All in float32, as in the C++.
 
-Arctic's tree is a compressed suffix tree whose node counts are the numbers of stored suffixes
-(each cut at ``max_depth`` tokens) passing through; the walk only reads counts (inside a
-compressed node they are equal, so the ratio is 1). This module keeps the same counts in a plain
-trie of depth ``max_depth`` (numba, one hash table per tree), which proposes the same drafts.
-Children with equal counts are an unspecified order in Arctic's hash map; here the smallest token
-wins. ``max_model_len`` is taken as the request's own length limit, prompt + output.
+Arctic's tree (arctic-inference 0.3.0, ``csrc/suffix_decoding/suffix_tree.cc``) is a compressed
+suffix tree whose node counts are the numbers of stored suffixes (each cut at ``max_depth``
+tokens) passing through; the walk only reads counts and each node's first child. This module keeps
+the same counts in a plain trie of depth ``max_depth`` (numba, one hash table per tree): every
+count change in Arctic's tree is a count change of one trie node, so the trie can replay Arctic's
+child lists exactly. Those are sorted by count, and which of equal-count children comes first
+depends on history (``_increment_count`` / ``_decrement_count`` move a node within its run of equal
+counts): a new child goes last; a child whose count rises from c goes to the front of the children
+of count c + 1 if it was the first of count c, else to their back; one whose count falls from c
+goes to the front of the children of count c - 1; ``remove`` takes a child whose count would reach
+0 out of the list with its subtree.
 """
 
 from __future__ import annotations
@@ -348,12 +356,15 @@ class SuffixDecodingOracle(DrafterOracle):
         P, O = int(self.prompt_lens[rid]), int(self.output_lens[rid])
         if k <= 0 or committed >= O:
             return np.empty(0, dtype=np.int32)
+        L = P + committed
+        mml = self.settings.max_model_len
+        if mml is not None and L >= mml:  # vLLM skips the request before touching the cache
+            return np.empty(0, dtype=np.int32)
         if rid not in self._local:
             self._start(rid)
         self._add_response(rid, committed)
-        L = P + committed
         context = self._tokens[rid][max(0, L - self.depth):L]
-        max_spec = min(k, P + O - L - 1)
+        max_spec = k if mml is None else min(k, mml - L - 1)
         tokens, score, _ = self._local[rid][0].speculate(context, max_spec, *self._params)
         if self._global is not None:
             g_tokens, g_score, _ = self._global.speculate(context, max_spec, *self._params)
@@ -363,6 +374,8 @@ class SuffixDecodingOracle(DrafterOracle):
 
     def on_finish(self, rids) -> None:
         for rid in np.asarray(rids).tolist():
+            if rid not in self._added:  # never drafted for: vLLM's proposer still saw its prefill sample
+                self._start(rid)
             if rid in self._local:
                 # the finishing step's propose still adds its sampled tokens, then stop_request
                 self._add_response(rid, int(self.output_lens[rid]))
