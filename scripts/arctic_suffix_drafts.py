@@ -46,7 +46,7 @@ from specplan.workloads.tokentrace import read_token_trace  # noqa: E402
 
 #: (trace, first requests, K, max_tree_depth, max_cached_requests): a repetitive code trace, a chat
 #: trace with a small global cache (so responses are evicted and their counts taken out), and K = 8.
-TABLE_CASES = [("aider", 6, 4, 24, 10000), ("specbench", 24, 4, 24, 4), ("mtbench", 8, 8, 16, -1)]
+TABLE_CASES = [("aider", 6, 4, 24, 10000), ("specbench", 12, 4, 24, 4), ("mtbench", 8, 8, 16, -1)]
 
 
 def arctic_steps(requests, k, depth, max_cached, factor=1.0, min_prob=0.1):
@@ -106,7 +106,7 @@ def table(path):
     for name, n, k, depth, max_cached in TABLE_CASES:
         requests = read_token_trace(get_bundled(name).path)[:n]
         steps = [[rid, c, d] for rid, c, d in arctic_steps(requests, k, depth, max_cached)]
-        cases.append({"trace": name, "requests": n, "k": k, "max_tree_depth": depth,
+        cases.append({"trace": name, "ids": [r.id for r in requests], "k": k, "max_tree_depth": depth,
                       "max_cached_requests": max_cached, "steps": steps})
         print(f"{name}: {len(steps)} steps")
     meta = {"made_by": "scripts/arctic_suffix_drafts.py table", "arctic_inference": "0.3.0",
