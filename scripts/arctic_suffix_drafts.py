@@ -39,10 +39,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specplan.simulator.drafters import DrafterSettings, build_drafter  # noqa: E402
-from specplan.simulator.drafters.base import lcp  # noqa: E402
-from specplan.workloads.bundled import bundled_traces, get_bundled  # noqa: E402
-from specplan.workloads.tokentrace import read_token_trace  # noqa: E402
+from specplan.simulator.drafters import DrafterSettings, build_drafter
+from specplan.simulator.drafters.base import lcp
+from specplan.workloads.bundled import bundled_traces, get_bundled
+from specplan.workloads.tokentrace import read_token_trace
 
 #: (trace, first requests, K, max_tree_depth, max_cached_requests): a repetitive code trace, a chat
 #: trace with a small global cache (so responses are evicted and their counts taken out), and K = 8.

@@ -22,7 +22,7 @@ The rules at the limit G, for a history of ``committed`` output tokens:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
