@@ -300,17 +300,65 @@ class SuffixTreeRef:
 
     ``count(s)`` is the number of (sequence, start) with the window equal to s (|s| <= depth): the
     number of stored suffixes that pass through s's node in Arctic's tree.
+
+    Ties among children follow Arctic's sibling lists (``suffix_tree.cc``), kept here as one plain
+    Python list per node, sorted by count, changed event by event:
+
+    - a new child goes last;
+    - a count going up from c: the child moves to the front of the children of count c + 1 when it
+      was the first of those with count c, else to the back of those with count c + 1;
+    - a count going down from c: the child moves to the front of the children of count c - 1;
+    - a child whose count would reach 0 leaves the list (with its subtree).
     """
 
     def __init__(self, depth):
         self.depth = depth
         self.seqs = {}
+        self.order = {}  # node (tuple of tokens) -> its children's tokens, in list order
+        self.live = {}  # node -> count, maintained alongside the lists
+
+    def _move(self, node, new):
+        """Set a node's count and reposition it in its parent's list by the rules above."""
+        parent, t = node[:-1], node[-1]
+        lst = self.order.setdefault(parent, [])
+        old = self.live.get(node, 0)
+        if old == 0:
+            lst.append(t)
+            self.live[node] = new
+            return
+        i = lst.index(t)
+        first = i == 0 or self.live[parent + (lst[i - 1],)] != old
+        del lst[i]
+        self.live[node] = new
+        counts = [self.live[parent + (u,)] for u in lst]
+        if new > old and not first:
+            j = next((j for j, c in enumerate(counts) if c < new), len(lst))
+        else:
+            j = next((j for j, c in enumerate(counts) if c <= new), len(lst))
+        lst.insert(j, t)
 
     def extend(self, seq_id, tokens):
-        self.seqs.setdefault(seq_id, []).extend(int(t) for t in tokens)
+        seq = self.seqs.setdefault(seq_id, [])
+        for t in tokens:
+            seq.append(int(t))
+            n = len(seq)
+            for m in range(min(self.depth, n), 0, -1):  # every live suffix ending at the new token
+                node = tuple(seq[n - m:])
+                self._move(node, self.live.get(node, 0) + 1)
 
     def remove(self, seq_id):
-        del self.seqs[seq_id]
+        seq = self.seqs.pop(seq_id)
+        for i in range(len(seq)):
+            for m in range(1, min(self.depth, len(seq) - i) + 1):
+                node = tuple(seq[i:i + m])
+                if self.live[node] > 1:
+                    self._move(node, self.live[node] - 1)
+                    continue
+                self.order[node[:-1]].remove(node[-1])
+                for key in [k for k in self.live if k[:len(node)] == node]:
+                    del self.live[key]
+                    self.order.pop(key, None)
+                break
 
     def _starts(self, s):
         """(sequence, start) of every window equal to s."""
@@ -328,10 +376,14 @@ class SuffixTreeRef:
         m = len(s)
         if m + 1 > self.depth:
             return Counter()
-        return Counter(seq[i + m] for seq, i in self._starts(s) if i + m < len(seq))
+        kids = Counter(seq[i + m] for seq, i in self._starts(s) if i + m < len(seq))
+        # the event-driven lists must hold exactly the brute-force counts, in sorted order
+        listed = [self.live[tuple(s) + (t,)] for t in self.order.get(tuple(s), [])]
+        assert dict(zip(self.order.get(tuple(s), []), listed)) == dict(kids) and listed == sorted(listed, reverse=True)
+        return kids
 
     def speculate(self, context, max_spec_tokens, factor, offset, min_prob):
-        """``SuffixTree::speculate`` with ``_speculate_path`` in float32; ties among children: smallest token."""
+        """``SuffixTree::speculate`` with ``_speculate_path`` in float32; ties among children in list order."""
         best_tokens, best_score, best_len = [], np.float32(0.0), 0
         for match_len in range(1, len(context)):
             s = list(context[len(context) - match_len:])
@@ -346,7 +398,7 @@ class SuffixTreeRef:
                 if not kids:
                     break
                 top = max(kids.values())
-                tok = min(t for t, c in kids.items() if c == top)
+                tok = next(t for t in self.order[tuple(node)] if kids[t] == top)
                 prob = np.float32(prob * (np.float32(top) / np.float32(self.count(node))))
                 if prob < np.float32(min_prob):
                     break
@@ -370,16 +422,9 @@ class SuffixDecodingRef:
         self.seen = {}  # request id -> number of response tokens added
 
     def propose(self, rid, prompt, output_so_far, k, max_len):
-        if rid not in self.local:
-            self.local[rid] = SuffixTreeRef(self.depth)
-            self.local[rid].extend(0, prompt)
-            self.seen[rid] = 0
-            if self.max_cached != 0:
-                self.cached.append(rid)
-                while self.max_cached > 0 and len(self.cached) > self.max_cached:
-                    victim = next(r for r in self.cached if r != rid)
-                    self.cached.remove(victim)
-                    self.global_tree.remove(victim)
+        if len(prompt) + len(output_so_far) >= max_len:  # vLLM: at max_model_len, skipped untouched
+            return []
+        self._start(rid, prompt)
         new = output_so_far[self.seen[rid]:]
         self.seen[rid] = len(output_so_far)
         self.local[rid].extend(0, new)
@@ -395,7 +440,22 @@ class SuffixDecodingRef:
                 best = cand
         return best[0]
 
-    def finish(self, rid, output):
+    def _start(self, rid, prompt):
+        """``start_request`` on a request's first proposal; evicts the oldest other global slot."""
+        if rid not in self.seen:
+            self.local[rid] = SuffixTreeRef(self.depth)
+            self.local[rid].extend(0, prompt)
+            self.seen[rid] = 0
+            if self.max_cached != 0:
+                self.cached.append(rid)
+                while self.max_cached > 0 and len(self.cached) > self.max_cached:
+                    victim = next(r for r in self.cached if r != rid)
+                    self.cached.remove(victim)
+                    self.global_tree.remove(victim)
+
+    def finish(self, rid, prompt, output):
+        """The finishing step adds the last tokens (a request never proposed for is started first)."""
+        self._start(rid, prompt)
         new = output[self.seen[rid]:]
         if rid in self.cached:
             self.global_tree.extend(rid, new)

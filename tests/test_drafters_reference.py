@@ -22,10 +22,25 @@ EOS = 2
 
 
 def _requests(draw, n_max=3, alphabet=3, prompt_max=12, output_max=20):
+    """Short requests; some state a generation limit (at or a little past the output's end)."""
     n = draw(st.integers(1, n_max))
     tok = st.integers(0, alphabet - 1)
-    return [Request(id=str(i), prompt_ids=draw(st.lists(tok, min_size=1, max_size=prompt_max)),
-                    output_ids=draw(st.lists(tok, min_size=1, max_size=output_max))) for i in range(n)]
+    out = []
+    for i in range(n):
+        output = draw(st.lists(tok, min_size=1, max_size=output_max))
+        limit = draw(st.none() | st.integers(0, 3).map(lambda extra, o=len(output): o + extra))
+        out.append(Request(id=str(i), prompt_ids=draw(st.lists(tok, min_size=1, max_size=prompt_max)),
+                           output_ids=output, max_new_tokens=limit))
+    return out
+
+
+def _max_length(r, settings):
+    """prompt + the generation limit: the stated one, else none after an EOS, else the output's length."""
+    if r.max_new_tokens is not None:
+        return r.prompt_len + r.max_new_tokens
+    if int(r.output_ids[-1]) in settings.eos_token_ids:
+        return 10 ** 9
+    return r.prompt_len + r.output_len
 
 
 @st.composite
@@ -50,7 +65,7 @@ def _table_reference(settings: DrafterSettings, k: int):
         return lambda h, r: ref.vllm_ngram_kmp(h, lo, hi, r.prompt_len + r.output_len, k)
     if settings.pld_variant == "reference":
         return lambda h, r: ref.pld_reference_draft(h, settings.ngram_size, k)
-    return lambda h, r: ref.pld_hf_draft(h, r.prompt_len + r.output_len, k, settings.ngram_size,
+    return lambda h, r: ref.pld_hf_draft(h, _max_length(r, settings), k, settings.ngram_size,
                                          settings.eos_token_ids)
 
 
@@ -67,7 +82,10 @@ def _check_every_position(requests, settings, k):
         want = expect(tokens[:r.prompt_len + c], r)
         assert oracle.propose(rid, c, k).tolist() == want, (settings.key(), rid, c)
         assert drafted[i] == len(want)
-        assert accepted[i] == ref.lcp(want, tokens[r.prompt_len + c:])
+        a = ref.lcp(want, tokens[r.prompt_len + c:])
+        if settings.kind == "pld" and settings.pld_variant == "hf":  # _assisted_decoding keeps what fits
+            a = min(a, _max_length(r, settings) - (r.prompt_len + c) - 1)
+        assert accepted[i] == a
         drafted_any += len(want) > 0
     return drafted_any
 
@@ -135,7 +153,7 @@ def _drive_ngram(requests, settings, actions):
             committed[rid] += 1
         else:
             pool.max_total_draft_tokens = k
-            want = pool.get_draft_tokens(tokens[:r.prompt_len + c], rid, r.prompt_len + r.output_len)
+            want = pool.get_draft_tokens(tokens[:r.prompt_len + c], rid, _max_length(r, settings))
             drafted, accepted = oracle.draft(np.array([rid]), np.array([c]), k)
             a = ref.lcp(want, tokens[r.prompt_len + c:])
             assert (drafted[0], accepted[0]) == (len(want), a), (rid, c, k)
@@ -153,12 +171,12 @@ def _drive_ngram(requests, settings, actions):
 
 @settings(max_examples=40)
 @given(requests=traces(), n=st.integers(1, 4), kmax=st.integers(1, 5),
-       flags=st.tuples(st.booleans(), st.booleans(), st.booleans()),
+       flags=st.tuples(st.booleans(), st.booleans(), st.booleans()), eos=st.sampled_from([(), (EOS,)]),
        actions=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5), st.booleans()), min_size=0, max_size=60))
-def test_ngram_pool_matches_engine_code(requests, n, kmax, flags, actions):
+def test_ngram_pool_matches_engine_code(requests, n, kmax, flags, eos, actions):
     keep_all, oldest, public = flags
     settings = DrafterSettings(kind="ngram", max_draft_len=kmax, max_matching_ngram_size=n, is_keep_all=keep_all,
-                               is_use_oldest=oldest, is_public_pool=public)
+                               is_use_oldest=oldest, is_public_pool=public, eos_token_ids=eos)
     _drive_ngram(requests, settings, [(p, min(k, kmax), s) for p, k, s in actions])
 
 
@@ -206,19 +224,25 @@ def test_ngram_is_keep_all_changes_drafts_when_k_varies():
 @settings(max_examples=30)
 @given(requests=traces(n_max=4), depth=st.integers(2, 8), max_cached=st.sampled_from([0, 1, 2, -1]),
        factor=st.sampled_from([0.5, 1.0, 2.0]), offset=st.sampled_from([0.0, 1.0, -0.5]),
-       min_prob=st.sampled_from([0.0, 0.1, 0.3, 0.6]),
+       min_prob=st.sampled_from([0.0, 0.1, 0.3, 0.6]), max_model_len=st.sampled_from([None, 12, 20]),
        actions=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=1, max_size=50))
-def test_suffix_decoding_matches_reference(requests, depth, max_cached, factor, offset, min_prob, actions):
-    _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions)
+def test_suffix_decoding_matches_reference(requests, depth, max_cached, factor, offset, min_prob, max_model_len,
+                                           actions):
+    _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions, max_model_len)
 
 
-def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions):
+def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions, max_model_len=None):
     settings = DrafterSettings(kind="suffix", max_draft_len=5, suffix_max_tree_depth=depth,
                                suffix_max_cached_requests=max_cached, suffix_max_spec_factor=factor,
-                               suffix_max_spec_offset=offset, suffix_min_token_prob=min_prob)
+                               suffix_max_spec_offset=offset, suffix_min_token_prob=min_prob,
+                               max_model_len=max_model_len)
     oracle = build_drafter(settings, requests)
     cache = ref.SuffixDecodingRef(depth, max_cached, factor, offset, min_prob)
     committed = [1] * len(requests)
+    for rid, r in enumerate(requests):  # one output token: finished by the prefill, never drafted for
+        if r.output_len == 1:
+            cache.finish(rid, r.prompt_ids.tolist(), r.output_ids.tolist())
+            oracle.on_finish(np.array([rid]))
     nonempty = 0
     for pick, k in actions:
         alive = [i for i, r in enumerate(requests) if committed[i] < r.output_len]
@@ -229,13 +253,13 @@ def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions
         c = committed[rid]
         tokens = r.tokens.tolist()
         want = cache.propose(rid, tokens[:r.prompt_len], tokens[r.prompt_len:r.prompt_len + c], k,
-                             r.prompt_len + r.output_len)
+                             10 ** 9 if max_model_len is None else max_model_len)
         got = oracle.propose(rid, c, k).tolist()
         assert got == want, (rid, c, k)
         nonempty += len(got) > 0
         committed[rid] += min(ref.lcp(got, tokens[r.prompt_len + c:]) + 1, r.output_len - c)
         if committed[rid] >= r.output_len:
-            cache.finish(rid, tokens[r.prompt_len:])
+            cache.finish(rid, tokens[:r.prompt_len], tokens[r.prompt_len:])
             oracle.on_finish(np.array([rid]))
     return nonempty
 

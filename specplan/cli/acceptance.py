@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         suffix_max_spec_offset: float = typer.Option(0.0, "--suffix-max-spec-offset"),
         suffix_min_token_prob: float = typer.Option(0.1, "--suffix-min-token-prob"),
         pld_variant: str = typer.Option("reference", "--pld-variant", help="reference or hf."),
-        eos_token_id: list[int] = typer.Option([], "--eos-token-id", help="HF PLD cuts drafts before these (repeatable)."),
+        eos_token_id: list[int] = typer.Option([], "--eos-token-id", help="HF PLD cuts drafts before these; an output ending in one is not at its generation limit (repeatable)."),
         fmt: str = typer.Option("table", "--format", help="table or json."),
         dump_steps: Optional[Path] = typer.Option(None, "--dump-steps", help="Write every step as JSON lines here."),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep precomputed tables here (.npz)."),

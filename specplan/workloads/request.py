@@ -22,7 +22,8 @@ class Request:
     ``prompt_ids`` is the full prompt after the chat template (for turn n of a session it holds all
     earlier turns and answers). ``output_ids`` is the realised response, EOS included where the
     model emitted one. ``arrival_s`` is optional: traces with timestamps carry it, otherwise the
-    arrival process assigns times.
+    arrival process assigns times. ``max_new_tokens`` is the generation limit the request ran with,
+    when the trace states it (see ``specplan.acceptance.drafters.limits``).
     """
 
     id: str
@@ -32,6 +33,7 @@ class Request:
     session: str | None = None
     turn: int = 0
     arrival_s: float | None = None
+    max_new_tokens: int | None = None
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +61,7 @@ class Request:
             and self.session == other.session
             and self.turn == other.turn
             and self.arrival_s == other.arrival_s
+            and self.max_new_tokens == other.max_new_tokens
             and np.array_equal(self.prompt_ids, other.prompt_ids)
             and np.array_equal(self.output_ids, other.output_ids)
         )

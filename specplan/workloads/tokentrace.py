@@ -1,5 +1,6 @@
 """Token traces: JSON lines of ``{"id", "prompt_ids", "output_ids"}`` plus optional
-``"category"``, ``"session"``, ``"turn"``, ``"arrival_s"``. Gzip-compressed when the name ends in
+``"category"``, ``"session"``, ``"turn"``, ``"arrival_s"`` and ``"max_new_tokens"`` (the generation
+limit the request ran with, at least the output's length). Gzip-compressed when the name ends in
 ``.gz``. The format every other loader can export to, and what the drafters replay."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from specplan.errors import TraceError
 from specplan.workloads.records import iter_records, write_jsonl
 from specplan.workloads.request import Request
 
-_OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float)}
+_OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float), "max_new_tokens": int}
 
 
 def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> list[int]:
@@ -40,10 +41,14 @@ def parse_token_record(obj, path: Path, lineno: int) -> Request:
             kwargs[name] = obj[name]
     if "session" in kwargs:
         kwargs["session"] = str(kwargs["session"])
+    output_ids = _token_list(obj["output_ids"], path, lineno, "output_ids", allow_empty=False)
+    if kwargs.get("max_new_tokens", len(output_ids)) < len(output_ids):
+        raise TraceError(f"{path}:{lineno}: field 'max_new_tokens' is {kwargs['max_new_tokens']}, below the "
+                         f"{len(output_ids)} output tokens; state the limit the request ran with or drop the field")
     return Request(
         id=str(obj["id"]),
         prompt_ids=_token_list(obj["prompt_ids"], path, lineno, "prompt_ids", allow_empty=False),
-        output_ids=_token_list(obj["output_ids"], path, lineno, "output_ids", allow_empty=False),
+        output_ids=output_ids,
         **kwargs,
     )
 
@@ -66,7 +71,7 @@ def read_token_trace(path: str | os.PathLike) -> list[Request]:
 
 def request_to_record(req: Request) -> dict:
     rec = {"id": req.id, "prompt_ids": req.prompt_ids.tolist(), "output_ids": req.output_ids.tolist()}
-    for name in ("category", "session", "arrival_s"):
+    for name in ("category", "session", "arrival_s", "max_new_tokens"):
         if getattr(req, name) is not None:
             rec[name] = getattr(req, name)
     if req.turn:

@@ -5,6 +5,7 @@
 - ``vllm_ngram``: vLLM's n-gram proposer (prompt_lookup_min/max).
 - ``suffix_tree``: vLLM / Arctic Inference suffix decoding (local and global trees).
 - ``pld``: prompt lookup decoding, reference or HF transformers.
+- ``limits``: the generation limit each request ran with, where the drafters' "one token left" rules apply.
 
 ``make_drafter_oracle`` is the simulator's entry point; ``replay_trace`` and ``summarize_replay``
 replay a trace one request at a time at fixed K (``specplan acceptance``).

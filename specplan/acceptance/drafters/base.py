@@ -6,6 +6,7 @@ from abc import abstractmethod
 
 import numpy as np
 
+from specplan.acceptance.drafters.limits import generation_limits
 from specplan.acceptance.oracles import AcceptanceOracle
 
 
@@ -21,7 +22,8 @@ class DrafterOracle(AcceptanceOracle):
 
     ``propose(rid, committed, k)`` returns the draft tokens and has the same effect on drafter
     state as ``draft`` has for that row; accepted is always the common prefix of the draft and
-    ``output_ids[committed:]`` (greedy verification).
+    ``output_ids[committed:]`` (greedy verification). ``max_new_tokens`` holds each request's
+    generation limit (``limits.generation_limit``) for the drafters whose engines have a rule there.
     """
 
     #: True when the drafter also drafts at committed == 0 (the prefill forward verifies a draft).
@@ -34,6 +36,7 @@ class DrafterOracle(AcceptanceOracle):
         self.settings = settings
         self.requests = list(requests)
         self._tokens = [r.tokens for r in self.requests]
+        self.max_new_tokens = generation_limits(self.requests, settings.eos_token_ids)
 
     @abstractmethod
     def propose(self, rid: int, committed: int, k: int) -> np.ndarray:

@@ -26,6 +26,8 @@ def request_key(tag: str, req) -> str:
     """Content hash of one request under one drafter setting."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{FORMAT_VERSION}|{tag}|{req.prompt_len}|{req.output_len}|".encode())
+    if req.max_new_tokens is not None:  # a stated generation limit changes NGram drafts
+        h.update(f"max_new_tokens={req.max_new_tokens}|".encode())
     h.update(np.ascontiguousarray(req.prompt_ids, dtype=np.int32).tobytes())
     h.update(np.ascontiguousarray(req.output_ids, dtype=np.int32).tobytes())
     return h.hexdigest()

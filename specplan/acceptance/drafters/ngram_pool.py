@@ -4,6 +4,8 @@
 current K) and N = ``max_matching_ngram_size``:
 
 1. ``rem = max_sequence_length - 1 - len(prefix)``; ``rem <= 0`` returns [] before touching the pool.
+   ``max_sequence_length`` is prompt_len + the request's generation limit (``limits``): no draft when
+   one token is left, and drafts cut to ``rem`` before that.
 2. A request seen for the first time starts at ``start_index = 0`` (the lazy scan of the whole prefix).
 3. Update: for size = min(N, L-1) .. 1 and each window of ``seq = prefix[start:]``: pattern = the
    window, match = up to K following tokens of ``seq``. A new pattern (or, with ``is_keep_all``
@@ -32,6 +34,7 @@ from numba import njit
 from specplan.acceptance.drafters._hashtable import ht_get, ht_put, grown_table, table_capacity
 from specplan.acceptance.drafters.base import DrafterOracle
 from specplan.acceptance.drafters.cache import DEFAULT_CACHE
+from specplan.acceptance.drafters.limits import generation_limit
 from specplan.acceptance.drafters.settings import DrafterSettings
 
 # Rows of the entry array: match id, match length, where its tokens start in the token buffer, next entry.
@@ -187,12 +190,12 @@ def new_pool_arrays(n_ids, n_entries):
 
 
 @njit(cache=True)
-def pool_trajectory(tokens, ids, n_ids, P, O, k, n, keep_all, oldest, c0):
+def pool_trajectory(tokens, ids, n_ids, P, O, maxlen, k, n, keep_all, oldest, c0):
     """A private pool's whole trajectory at fixed K: one call per step, commit accepted + 1.
 
-    Returns per step (committed, draft source, drafted, accepted), from ``committed = c0``.
+    ``maxlen`` is prompt_len + max_new_tokens. Returns per step (committed, draft source, drafted,
+    accepted), from ``committed = c0``.
     """
-    maxlen = P + O
     # every window of every call adds at most one entry and one member key
     head, tail, ent, mk, mv, meta = new_pool_arrays(n_ids, n * (P + 1 + O * (k + n + 1)))
     steps = max(O - c0, 0)
@@ -222,7 +225,8 @@ def ngram_trajectory(req, settings: DrafterSettings, k: int, c0: int = 1) -> dic
     tokens = req.tokens
     n = settings.ngram_size
     ids, n_ids = window_ids(tokens, np.array([[0, len(tokens)]], dtype=np.int64), max(n, k))
-    c, src, d, a = pool_trajectory(tokens, ids, n_ids, req.prompt_len, req.output_len, k, n,
+    maxlen = req.prompt_len + generation_limit(req, settings.eos_token_ids)
+    c, src, d, a = pool_trajectory(tokens, ids, n_ids, req.prompt_len, req.output_len, maxlen, k, n,
                                    settings.is_keep_all, settings.is_use_oldest, c0)
     return {"c": c, "src": src, "d": d, "a": a}
 
@@ -269,7 +273,7 @@ class NGramPoolOracle(DrafterOracle):
         self.width = max(self.n, self.k0)
         self.keep_all, self.oldest, self.public = settings.is_keep_all, settings.is_use_oldest, settings.is_public_pool
         self._cache = cache if cache is not None else DEFAULT_CACHE
-        self._maxlen = self.prompt_lens + self.output_lens
+        self._maxlen = self.prompt_lens + self.max_new_tokens
         self._start = np.full(len(self.requests), -1, dtype=np.int64)
         if self.public:
             self._build_shared_ids()

@@ -10,8 +10,9 @@ conditions bound the start from above, only the earliest occurrence of each n ca
 ``max_matching_ngram_size`` default 2): n from ``min(max, len-1)`` down to 1; the first n with any
 occurrence other than the suffix itself wins, at its leftmost occurrence (overlap allowed); the
 draft is the following tokens cut at the history's end and cut before the first EOS, with no
-fallback when that leaves nothing; nothing is proposed when one token is left
-(``max_length == input_length + 1``); the draft is not clipped to the remaining budget (the commit is).
+fallback when that leaves nothing; nothing is proposed when one token is left before the generation
+limit (``max_length == input_length + 1``, ``limits``); the draft is not clipped to the remaining
+budget, the accepted tokens are (``_assisted_decoding`` keeps at most ``max_length - input_length``).
 
 Both verify a draft in the prefill forward (the first call sees the prompt alone), so they draft at
 committed = 0. The reference loop's placeholder token (``[100]`` when no match) is modelled as no draft.
@@ -87,7 +88,15 @@ class PLDOracle(TableOracle):
             (lambda r: pld_tables(r, settings, settings.max_draft_len))
         super().__init__(settings, requests, compute, cache)
 
-    def limit(self, committed, output_lens, k):
-        if self.settings.pld_variant == "hf":
-            return np.where(committed == output_lens - 1, 0, k)  # HF: nothing when one token is left
+    def limit(self, rids, committed, k):
+        if self.settings.pld_variant == "hf":  # no candidates when one token is left before the limit
+            return np.where(committed == self.max_new_tokens[rids] - 1, 0, k)
         return np.full(np.shape(committed), k, dtype=np.int64)
+
+    def draft(self, rids, committed, k):
+        """HF keeps at most the tokens left before the limit, so at most ``max_new_tokens - 1 - committed`` accepted."""
+        drafted, accepted = super().draft(rids, committed, k)
+        if self.settings.pld_variant == "hf" and len(drafted):
+            left = self.max_new_tokens[np.asarray(rids, dtype=np.int64)] - np.asarray(committed, dtype=np.int64) - 1
+            accepted = np.minimum(accepted, np.maximum(left, 0))
+        return drafted, accepted

@@ -39,21 +39,25 @@ class DrafterSettings:
 
     ``DrafterSettings(kind=..., **fields)`` validates the fields as the config does;
     ``DrafterSettings.from_spec(spec)`` wraps an existing model. ``max_draft_len`` is K for replays and
-    the fixed-K precompute (at least 1); the simulator passes K per iteration.
+    the fixed-K precompute (at least 1); the simulator passes K per iteration. ``max_model_len`` (the
+    engine's, ``engine.max_model_len``) bounds vLLM's suffix drafts; None: no bound.
     """
 
-    __slots__ = ("spec", "kind")
+    __slots__ = ("spec", "kind", "max_model_len")
 
     def __init__(self, kind: str = "NGram", spec: SpeculationConfig | None = None, source: str = "drafter settings",
-                 **fields: Any) -> None:
+                 max_model_len: int | None = None, **fields: Any) -> None:
         if spec is None:
             spec = speculation_from(kind, source, **fields)
         kind = canonical_decoding_type(spec.decoding_type)
         if kind not in KINDS:
             raise ConfigError(f"speculation.decoding_type: {kind!r} has no model-free drafter to replay; "
                               f"choose one of {', '.join(KINDS)}")
+        if max_model_len is not None and max_model_len < 2:
+            raise ConfigError(f"engine.max_model_len: must be >= 2, got {max_model_len}")
         object.__setattr__(self, "spec", spec)
         object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "max_model_len", max_model_len)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.spec, name)
@@ -62,7 +66,7 @@ class DrafterSettings:
         raise AttributeError("DrafterSettings is read-only; use with_(...)")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DrafterSettings) and self.spec == other.spec
+        return isinstance(other, DrafterSettings) and (self.spec, self.max_model_len) == (other.spec, other.max_model_len)
 
     def __hash__(self) -> int:
         return hash(self.key())
@@ -111,7 +115,7 @@ class DrafterSettings:
         fields: dict[str, Any] = {"kind": self.kind}
         if self.kind == "NGram":
             fields.update(n=self.ngram_size, keep_all=sp.is_keep_all, oldest=sp.is_use_oldest,
-                          public=sp.is_public_pool)
+                          public=sp.is_public_pool, eos=self.eos_token_ids)  # EOS decides the generation limit
         elif self.kind == "SA":
             fields.update(n=self.ngram_size, global_pool=sp.enable_global_pool)
         elif self.kind == "vllm_ngram":
@@ -121,16 +125,17 @@ class DrafterSettings:
                           eos=self.eos_token_ids if sp.pld_variant == "hf" else ())
         else:
             fields.update({k: getattr(sp, k) for k in SpeculationConfig.model_fields if k.startswith("suffix_")})
+            fields.update(max_model_len=self.max_model_len)
         return repr(sorted(fields.items()))
 
     @classmethod
-    def from_spec(cls, spec: SpeculationConfig, **overrides: Any) -> "DrafterSettings":
+    def from_spec(cls, spec: SpeculationConfig, max_model_len: int | None = None, **overrides: Any) -> "DrafterSettings":
         """The drafter view of a resolved ``SpeculationConfig`` (AUTO already expanded by the engine
         preset), with ``overrides`` validated again."""
         if overrides:
             spec = speculation_from(spec.decoding_type, **{**spec.model_dump(exclude_unset=True), **overrides})
-        return cls(spec=spec)
+        return cls(spec=spec, max_model_len=max_model_len)
 
     def with_(self, **changes: Any) -> "DrafterSettings":
         """A copy with some fields changed (validated again)."""
-        return DrafterSettings.from_spec(self.spec, **changes)
+        return DrafterSettings.from_spec(self.spec, changes.pop("max_model_len", self.max_model_len), **changes)

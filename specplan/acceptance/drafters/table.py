@@ -106,7 +106,7 @@ class TableOracle(DrafterOracle):
     def _index(self, rid, committed):
         return self._off[rid] + committed
 
-    def limit(self, committed: np.ndarray, output_lens: np.ndarray, k: int) -> np.ndarray:
+    def limit(self, rids: np.ndarray, committed: np.ndarray, k: int) -> np.ndarray:
         """The engine's cap on the draft length before the match is consulted (default: K)."""
         return np.full(np.shape(committed), k, dtype=np.int64)
 
@@ -121,7 +121,7 @@ class TableOracle(DrafterOracle):
         olen = self.output_lens[rids]
         live = committed < olen
         idx = self._index(rids, np.minimum(committed, olen - 1))
-        drafted = np.minimum(np.minimum(self.limit(committed, olen, k), self._avail[idx]), k)
+        drafted = np.minimum(np.minimum(self.limit(rids, committed, k), self._avail[idx]), k)
         drafted = np.where(live & (self._src[idx] >= 0), np.maximum(drafted, 0), 0)
         accepted = np.minimum(self._run[idx], drafted)
         return drafted.astype(np.int64), accepted.astype(np.int64)

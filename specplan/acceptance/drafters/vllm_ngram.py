@@ -35,5 +35,5 @@ class VllmNgramOracle(TableOracle):
     def __init__(self, settings: DrafterSettings, requests, cache=None) -> None:
         super().__init__(settings, requests, lambda r: vllm_ngram_tables(r, settings), cache)
 
-    def limit(self, committed, output_lens, k):
-        return np.minimum(k, output_lens - committed)
+    def limit(self, rids, committed, k):
+        return np.minimum(k, self.output_lens[rids] - committed)
