@@ -144,11 +144,12 @@ GOOD_VLLM = {"method": "ngram", "num_speculative_tokens": 4, "num_speculative_to
 
 @pytest.mark.parametrize("change,needle", [
     ({"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}, "first range must start at 1"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 0]]}, "[1]: ranges must be sorted and not overlap"),
-    ({"num_speculative_tokens_per_batch_size": [[9, 16, 0], [1, 8, 4]]}, "first range must start at 1"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 0]]}, "batch-size ranges must not overlap"),
+    ({"num_speculative_tokens_per_batch_size": [[9, 16, 0], [2, 8, 4]]}, "first range must start at 1"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 16, 1, 64, 0]]}, "entries must all be 3-item or all 5-item"),
     ({"num_speculative_tokens_per_batch_size": [[1, 8, 5]]}, "K must be in [0, num_speculative_tokens = 4]"),
     ({"num_speculative_tokens_per_batch_size": [[1, 0, 4]]}, "need 1 <= start <= end"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 8]]}, "three integers"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8]]}, "three or five integers"),
     ({"num_speculative_tokens_per_batch_size": []}, "non-empty list"),
     ({"num_speculative_tokens": 0}, "num_speculative_tokens: must be an integer >= 1"),
     ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_min: must be <= prompt_lookup_max"),
@@ -161,6 +162,11 @@ def test_vllm_validator_rejects_with_one_line(change, needle):
     with pytest.raises(ConfigError) as exc:
         export.validate_vllm_speculative_config({**GOOD_VLLM, **change})
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_vllm_validator_sorts_ranges_as_vllm_does():
+    # validate_and_normalize_dynamic_sd_schedule sorts the entries: an unsorted list is valid.
+    export.validate_vllm_speculative_config({**GOOD_VLLM, "num_speculative_tokens_per_batch_size": [[9, 16, 0], [1, 8, 4]]})
 
 
 def test_nothing_to_export_without_an_engine_drafter():

@@ -32,21 +32,62 @@ def draft_len_for_batch_size(schedule: dict[int, int], batch_size: int, lookup: 
     raise ValueError(f"unknown schedule lookup {lookup!r}")
 
 
-def vllm_schedule_table(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int) -> np.ndarray:
-    """vLLM's dense batch-size -> K table from inclusive ``(start, end, K)`` ranges.
+def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: int, max_draft_len: int,
+                     lookup: str = "upper_bound") -> int:
+    """TensorRT-LLM's post-schedule ``update_draft_len``: the runtime K of the scheduled batch.
 
-    Gaps inherit the previous K, sizes past the last range carry the last K, and K is clamped to
-    ``num_speculative_tokens``. Index the table with the number of scheduled requests.
+    ``model_engine.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
+    scheduled batch size (context rows included); without a schedule K is ``max_draft_len``.
     """
-    table = np.zeros(max_num_seqs + 1, dtype=np.int64)
-    current = 0
-    bounds = sorted((int(s), int(e), int(k)) for s, e, k in ranges)
-    for size in range(1, max_num_seqs + 1):
-        for start, end, k in bounds:
-            if start <= size <= end:
-                current = k
-        table[size] = min(current, num_speculative_tokens)
-    return table
+    if schedule is None:
+        return max_draft_len
+    return draft_len_for_batch_size(schedule, max(scheduled_batch_size, 1), lookup)
+
+
+def _entries5(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int, int]]:
+    """vLLM entries as ``(bs_lo, bs_hi, ctx_lo, ctx_hi, K)``; a 3-item entry covers every context."""
+    return [(int(r[0]), int(r[1]), 1, CTX_INFINITY, int(r[2])) if len(r) == 3 else tuple(int(x) for x in r)
+            for r in ranges]
+
+
+CTX_INFINITY = 2**31 - 1
+
+
+def vllm_dynamic_sd_lookup(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int):
+    """vLLM's dense ``(batch size, context bucket) -> K`` table and the context buckets' bounds.
+
+    ``build_dynamic_sd_schedule_lookup``: entries are sorted by batch range, gaps inherit the
+    previous K, sizes past the last range carry the last K, K is clamped to
+    ``num_speculative_tokens``, and the last context bucket extends to infinity. Index the table
+    with the number of scheduled requests and ``context_bucket``.
+    """
+    entries = _entries5(ranges)
+    buckets = sorted({(lo, hi) for _, _, lo, hi, _ in entries})
+    buckets[-1] = (buckets[-1][0], CTX_INFINITY)
+    col = {lo: i for i, (lo, _) in enumerate(buckets)}
+    table = np.zeros((max_num_seqs + 1, len(buckets)), dtype=np.int64)
+    for c in range(len(buckets)):
+        current = None
+        bands = sorted((b0, b1, k) for b0, b1, lo, _, k in entries if col[lo] == c)
+        for size in range(1, max_num_seqs + 1):
+            for start, end, k in bands:
+                if start <= size <= end:
+                    current = k
+            table[size, c] = min(current or 0, num_speculative_tokens)
+    return table, tuple(hi for _, hi in buckets)
+
+
+def context_bucket(bounds: Sequence[int], context_len: int) -> int:
+    """``DynamicSDLookup.bucket_of``: the first bucket whose upper bound holds ``context_len``."""
+    for i, hi in enumerate(bounds):
+        if context_len <= hi:
+            return i
+    return len(bounds) - 1
+
+
+def vllm_schedule_table(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int) -> np.ndarray:
+    """vLLM's dense batch-size -> K table for context-independent (3-item) ranges."""
+    return vllm_dynamic_sd_lookup(ranges, max_num_seqs, num_speculative_tokens)[0][:, 0]
 
 
 def should_use_spec_decode(
@@ -122,27 +163,55 @@ class LegacySpeculationGate(_LatchingWindow):
 
 
 def check_batch_size_ranges(ranges, max_k: Optional[int] = None) -> None:
-    """vLLM's rules for ``num_speculative_tokens_per_batch_size``: a non-empty list of inclusive
-    ``[start, end, K]`` with 1 <= start <= end, K >= 0 (and <= ``max_k`` when given), the first
-    starting at 1, sorted and not overlapping. Raises ValueError whose text starts with ``[i]: `` or
-    ``: `` so callers can prefix the field name."""
+    """vLLM's rules for ``num_speculative_tokens_per_batch_size``
+    (``validate_and_normalize_dynamic_sd_schedule``): a non-empty list of all 3-item
+    ``[bs_lo, bs_hi, K]`` or all 5-item ``[bs_lo, bs_hi, ctx_lo, ctx_hi, K]`` entries, bounds >= 1
+    and lo <= hi, K >= 0 (and <= ``max_k`` when given). The list may come in any order: vLLM sorts
+    it; sorted, the batch ranges must not overlap and start at 1, and 5-item entries must form a
+    rectangular grid whose context ranges are contiguous from 1. Raises ValueError whose text starts
+    with ``[i]: `` or ``: `` so callers can prefix the field name."""
     if not isinstance(ranges, (list, tuple)) or not ranges:
-        raise ValueError(": expected a non-empty list of [start, end, K]")
-    prev_end = 0
+        raise ValueError(": expected a non-empty list of [start, end, K] or [start, end, ctx_lo, ctx_hi, K]")
     for i, r in enumerate(ranges):
-        if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                                      for x in r):
-            raise ValueError(f"[{i}]: expected three integers [start, end, K]")
-        start, end, k = r
-        if start < 1 or start > end:
-            raise ValueError(f"[{i}]: need 1 <= start <= end, got [{start}, {end}]")
+        if not isinstance(r, (list, tuple)) or len(r) not in (3, 5) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in r):
+            raise ValueError(f"[{i}]: expected three or five integers [start, end, (ctx_lo, ctx_hi,) K]")
+        bounds, k = r[:-1], r[-1]
+        if any(x < 1 for x in bounds) or bounds[0] > bounds[1] or (len(r) == 5 and bounds[2] > bounds[3]):
+            raise ValueError(f"[{i}]: need 1 <= start <= end (and 1 <= ctx_lo <= ctx_hi), got {list(r)}")
         if k < 0 or (max_k is not None and k > max_k):
             raise ValueError(f"[{i}]: K must be in [0, {'num_speculative_tokens = ' + str(max_k) if max_k is not None else 'inf'}], got {k}")
-        if i == 0 and start != 1:
-            raise ValueError(": the first range must start at 1")
-        if start <= prev_end:
-            raise ValueError(f"[{i}]: ranges must be sorted and not overlap")
-        prev_end = end
+    if len({len(r) for r in ranges}) > 1:
+        raise ValueError(": entries must all be 3-item or all 5-item")
+    bs = sorted({(r[0], r[1]) for r in ranges})
+    if bs[0][0] != 1:
+        raise ValueError(": the first range must start at 1")
+    if any(lo <= prev_hi for (_, prev_hi), (lo, _) in zip(bs, bs[1:])):
+        raise ValueError(": batch-size ranges must not overlap")
+    ctx = sorted({(r[2], r[3]) for r in ranges}) if len(ranges[0]) == 5 else [(1, CTX_INFINITY)]
+    cells = {(r[0], r[1], r[2]) for r in ranges} if len(ranges[0]) == 5 else set(bs)
+    if len(cells) != len(ranges) or len(ranges) != len(bs) * len(ctx):
+        raise ValueError(f": 5-item entries must form a rectangular grid ({len(bs)} batch x {len(ctx)} context ranges)")
+    if ctx[0][0] != 1 or any(lo != prev_hi + 1 for (_, prev_hi), (lo, _) in zip(ctx, ctx[1:])):
+        raise ValueError(": context ranges must start at 1 and be contiguous")
+
+
+def gate_sample(denominator: str, accepted: np.ndarray, drafted: np.ndarray, verified: np.ndarray,
+                k: int, gen_rows: int) -> Optional[float]:
+    """One SpeculationGate sample for an iteration that speculated; None records nothing.
+
+    ``drafted`` (TRT drafter path, current ``_update_batch_acceptance_rate``): sum accepted over the
+    verified pre-padding draft lengths of the rows that drafted; no sample when nothing was drafted.
+    ``padded``: the older ``num_draft_tokens`` reading, the verified width with CUDA-graph zeros.
+    ``runtime`` (one-model path): K per generation row, so an iteration where nothing matched
+    still records a 0 sample.
+    """
+    if denominator == "runtime":
+        total = k * gen_rows
+        return int(accepted.sum()) / total if total > 0 else None
+    sum_d = int(drafted.sum())
+    denom = sum_d if denominator == "drafted" else int(verified.sum())
+    return int(accepted.sum()) / denom if sum_d > 0 and denom > 0 else None
 
 
 def validate_speculation(spec) -> None:

@@ -90,10 +90,11 @@ def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_conf
 def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
     """vLLM's rules for ``--speculative-config`` with a model-free method (raises ``ConfigError``).
 
-    Known fields only (per method); ``num_speculative_tokens`` an integer >= 1; each range of
-    ``num_speculative_tokens_per_batch_size`` three integers ``[start, end, K]`` with
-    ``1 <= start <= end`` and ``0 <= K <= num_speculative_tokens``, the first starting at 1, sorted
-    and not overlapping; ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
+    Known fields only (per method); ``num_speculative_tokens`` an integer >= 1;
+    ``num_speculative_tokens_per_batch_size`` as vLLM's ``validate_and_normalize_dynamic_sd_schedule``
+    takes it (``control.check_batch_size_ranges``: 3-item ``[start, end, K]`` or 5-item
+    ``[start, end, ctx_lo, ctx_hi, K]`` entries, any order, ``0 <= K <= num_speculative_tokens``);
+    ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
     """
     _check_shape(cfg, source, "method", VLLM_FIELDS, "num_speculative_tokens", "model-free vLLM method")
     n = cfg["num_speculative_tokens"]
