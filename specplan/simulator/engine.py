@@ -33,6 +33,7 @@ from specplan.cost_models.base import CostModel, StepBatch
 from specplan.errors import ConfigError
 from specplan.simulator import control
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
+from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.oracles import AcceptanceOracle
@@ -226,40 +227,14 @@ class Executor:
         self.trace.gate_tripped_time = self.env.now
 
     def _setup_drafter(self) -> tuple[int, bool]:
-        """K before scheduling and whether this step speculates (``_setup_drafter``)."""
-        s, rules = self.s, self.rules
+        s = self.s
         gate = self.gate or self.legacy_gate
         if not s.speculate or (gate is not None and gate.disabled):
             return 0, False
-        if rules.k_timing == "next_step":
-            return self._k_next, self._k_next > 0
-        if rules.k_timing == "same_step" and s.k_from == "scheduled":
-            return self.k_static, True  # no drafter object: placeholders at K_static, K after scheduling
-        k = self._lookup(self._last_scheduled if s.k_from == "scheduled" else len(self.active))
-        if k == 0:
-            return 0, False
-        if rules.batch_gate and not control.should_use_spec_decode(
-                len(self.active), s.max_batch_size, s.max_num_tokens, k, s.max_concurrency):
-            return k, False
-        return k, True
-
-    def _prepare_draft_requests(self, k: int, spec: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Each active request's token charge and KV growth if it runs as a generation row."""
-        act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
-        if not spec:
-            ones = np.ones(len(act), dtype=np.int64)
-            return ones, ones
-        budget = self.rules.budget
-        if budget == "draft":  # vLLM: the draft proposed after the last step is known
-            extra = self.st.pending_drafted[act]
-            return 1 + extra, 1 + extra
-        if budget == "static":  # one-model: py_draft_pages_allocated = K_static
-            return np.full(len(act), 1 + self.k_static), np.full(len(act), 1 + self.k_static)
-        # Drafter path: [0] * K placeholders unless the request was stamped disabled; KV grows to the
-        # verified width (NGram pads to K_static and extends KV for the padding).
-        cost = np.where(self.st.disable_spec[act], 1, 1 + k)
-        width = 1 + (self.k_static if self.s.verify_width == "static" else k)
-        return cost, np.full(len(act), width)
+        return control.setup_drafter(self.rules, self._lookup, k_static=self.k_static, k_next=self._k_next,
+                                     k_from=s.k_from, num_active=len(self.active), last_scheduled=self._last_scheduled,
+                                     max_batch_size=s.max_batch_size, max_num_tokens=s.max_num_tokens,
+                                     max_concurrency=s.max_concurrency)
 
     def _update_draft_len(self, decision: ScheduleDecision, k: int, spec: bool) -> tuple[int, bool]:
         """One-model path: K for this step from the scheduled batch (``update_draft_len``).
@@ -269,40 +244,10 @@ class Executor:
         s = self.s
         if not (spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled"):
             return k, spec
-        schedule = s.draft_len_schedule
-        k = control.update_draft_len(schedule, len(decision.rows), s.max_draft_len, s.schedule_lookup)
+        k = control.update_draft_len(s.draft_len_schedule, len(decision.rows), s.max_draft_len, s.schedule_lookup)
         return k, k > 0
 
     # ----------------------------------------------------------------- drafts, verify, commit
-    def prepare_draft_tokens(self, d: ScheduleDecision, spec: bool, k: int):
-        """Drafts of this step's rows and their verified widths (``prepare_draft_tokens`` + padding).
-
-        Generation rows draft when speculation is on (vLLM: those holding a proposed draft); a
-        drafter that drafts at prefill (HF prompt lookup) also drafts on the chunk that completes a
-        prompt. Returns the drafting mask, drafted and accepted per drafting row, and the query
-        tokens per row.
-        """
-        st, rows, ctx = self.st, d.rows, d.is_prefill
-        q = d.query_tokens.copy()
-        drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
-        if not spec:
-            return np.zeros(len(rows), dtype=bool), drafted[:0], accepted[:0], q
-        pending = self.rules.budget == "draft"
-        now = np.zeros(len(rows), dtype=bool) if pending else ~ctx
-        if self.oracle.drafts_at_prefill:
-            now |= ctx & (st.generated[rows] == 0) & (st.computed[rows] + q >= st.ctx_target[rows])
-        if now.any():
-            drafted[now], accepted[now] = self.oracle.draft(rows[now], st.generated[rows[now]], k)
-        drafting = now
-        if pending:
-            drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
-            held = drafting & ~now
-            drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
-        drafted, accepted = drafted[drafting], accepted[drafting]
-        width = {"static": self.k_static, "runtime": k}.get(self.s.verify_width, drafted)
-        q[drafting] = np.where(ctx[drafting], q[drafting], 1) + width
-        return drafting, drafted, accepted, q
-
     def _draft_time(self, num_rows: int, k: int, state_size: int) -> float:
         """Drafting on the critical path; the SA enhancer's side stream only counts past the neural loop."""
         t = self.cost.draft_time(self.s.drafter, num_rows, k, state_size)
@@ -343,33 +288,6 @@ class Executor:
             resident = np.where(ctx_rows & ~emitted, st.computed[rows], resident)
         self.kv.resize(rows, resident)
 
-    def propose_draft_token_ids(self, d: ScheduleDecision) -> None:
-        """vLLM: after the step, draft for the rows that ran, with K from this step's scheduled count.
-
-        Drafts are bounded by ``max_model_len - 1 - num_tokens``; when the longest sequence plus K
-        passes ``max_model_len`` the n-gram drafter is skipped for the whole batch and every row
-        verifies K dummy tokens that are never accepted.
-        """
-        st, s = self.st, self.s
-        rows = d.rows
-        st.pending_drafted[rows] = 0
-        st.pending_accepted[rows] = 0
-        num_tokens = st.plen[rows] + st.generated[rows]
-        self._k_next = k = self._lookup(len(rows), int(num_tokens.max()))
-        gate = self.gate or self.legacy_gate
-        live = (st.computed[rows] >= st.ctx_target[rows]) & (st.generated[rows] < st.olen[rows])
-        if k == 0 or not live.any() or (gate is not None and gate.disabled):
-            return
-        prop, tokens = rows[live], num_tokens[live]
-        if s.max_model_len is not None and s.drafter == "vllm_ngram" and int(tokens.max()) + k > s.max_model_len:
-            st.pending_drafted[prop] = k
-            return
-        drafted, accepted = self.oracle.draft(prop, st.generated[prop], k)
-        if s.max_model_len is not None:
-            drafted = np.clip(np.minimum(drafted, s.max_model_len - 1 - tokens), 0, None)
-            accepted = np.minimum(accepted, drafted)
-        st.pending_drafted[prop], st.pending_accepted[prop] = drafted, accepted
-
     # ----------------------------------------------------------------- the gate
     def _update_gate(self, it: int, spec: bool, k: int, d: ScheduleDecision, drafting, drafted, accepted, q) -> None:
         """Record this step's acceptance and feed the SpeculationGate (``_update_batch_acceptance_rate``)."""
@@ -402,7 +320,9 @@ class Executor:
                 continue
             it += 1
             k, spec = self._setup_drafter()
-            gen_cost, kv_width = self._prepare_draft_requests(k, spec)
+            act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
+            gen_cost, kv_width = control.prepare_draft_requests(self.rules, spec, k, self.k_static, s.verify_width,
+                                                                st.disable_spec[act], st.pending_drafted[act])
             d = self.scheduler.schedule(self.active, gen_cost, kv_width)
             if len(d.rows) == 0:
                 raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
@@ -411,7 +331,11 @@ class Executor:
             k, spec = self._update_draft_len(d, k, spec)
             self._last_scheduled = len(d.rows)
             rows, ctx_rows = d.rows, d.is_prefill
-            drafting, drafted, accepted, q = self.prepare_draft_tokens(d, spec, k)
+            if spec:
+                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static, s.verify_width,
+                                                                      self.rules.budget == "draft")
+            else:
+                drafting, drafted, accepted, q = np.zeros(len(rows), bool), rows[:0], rows[:0], d.query_tokens
             resident = st.resident(rows, ctx_rows)
             self.kv.resize(rows, resident + q)
             step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
@@ -433,7 +357,12 @@ class Executor:
                 int(commit.sum()), int((commit[ctx_rows] > 0).sum()) if n_ctx else 0, self.kv.used,
             ))
             if self.rules.k_timing == "next_step" and s.speculate:
-                self.propose_draft_token_ids(d)
+                # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
+                # entries' context bucket: the longest sequence scheduled) for the drafts proposed now.
+                self._k_next = self._lookup(len(rows), int((st.plen[rows] + st.generated[rows]).max()))
+                gate = self.gate or self.legacy_gate
+                if gate is None or not gate.disabled:
+                    propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len, s.drafter == "vllm_ngram")
             finished = rows[st.generated[rows] >= st.olen[rows]]
             if len(finished):
                 self._on_finish(finished, it)
