@@ -349,6 +349,8 @@ class Executor:
             start = self.env.now
             yield self.env.timeout(step)
             commit = self._update_requests(d, drafting, accepted)
+            if self.prefix_cache is not None and ctx_rows.any():
+                self.prefix_cache.on_computed(rows[ctx_rows], st)
             self._update_gate(it, spec, k, d, drafting, drafted, accepted, q)
             n_ctx, prefill = int(ctx_rows.sum()), int(d.chunk.sum())
             self.trace.iterations.append((

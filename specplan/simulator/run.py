@@ -18,6 +18,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.paths import VLLM, path_for
+from specplan.simulator.prefix_cache import PrefixCache
 from specplan.simulator.presets import resolve_speculation
 from specplan.simulator.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
 
@@ -199,13 +200,19 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, workload, requests, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
-    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
+    caching = cfg.engine.enable_prefix_caching
+    if caching is None:
+        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
+    prefix_cache = PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches, prefix_cache)
     ex.run()
     req = metrics.request_table(ex, requests)
     its = metrics.iteration_table(ex)
     em = metrics.emission_table(ex)
     summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
+    if prefix_cache is not None:
+        summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
     return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
