@@ -144,3 +144,24 @@ def test_stamped_requests_keep_a_one_token_budget():
     assert both.sum() == 9  # C's 9 decode steps after its prefill
     assert (it["batch_rows"][both] == 2).all() and (it["verified_tokens"][both] == 10).all()
     assert (it["drafted"][both] == 8).all()
+
+
+def _ngram_specbench():
+    from specplan.config import build_config
+
+    return simulate(build_config({
+        "engine": {"engine": "trtllm", "max_batch_size": 8, "kv_num_blocks": 100000},
+        "speculation": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 2},
+        "acceptance": {"mode": "drafter"},
+        "workload": {"trace": "specbench", "arrival": "closed_loop", "concurrency": 2, "num_requests": 12},
+        "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.0}}))
+
+
+def test_gate_sample_mean_is_counted_as_the_path_counts():
+    # recommend sets the gate threshold from this mean; recompute it from the iterations table.
+    it = (sa := _sa_gate(0.0)).iterations  # threshold 0: never trips
+    s = it[it["spec_on"] & (it["gen_rows"] > 0)]
+    assert sa.summary["gate_sample_mean"] == pytest.approx((s["accepted"] / (s["k"] * s["gen_rows"])).mean(), rel=1e-12)
+    it = (ngram := _ngram_specbench()).iterations
+    s = it[it["spec_on"] & (it["drafted"] > 0)]
+    assert ngram.summary["gate_sample_mean"] == pytest.approx((s["accepted"] / s["drafted"]).mean(), rel=1e-12)

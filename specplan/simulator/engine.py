@@ -97,6 +97,7 @@ class Trace:
     gate_tripped_iteration: Optional[int] = None
     gate_tripped_time: Optional[float] = None
     preemptions: int = 0
+    gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
 
 
 ITERATION_FIELDS = (
@@ -298,6 +299,8 @@ class Executor:
             self.trace.accepted_hist += np.bincount(accepted[proposed], minlength=len(self.trace.accepted_hist))
             sample = control.gate_sample(self.s.gate_denominator, accepted, drafted, q[drafting] - 1, k,
                                          d.num_generation)
+            if sample is not None:
+                self.trace.gate_samples.append(sample)
         if self.gate is None:
             return
         if self.s.overlap_scheduler:

@@ -213,6 +213,8 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     summary["seed"] = cfg.seed
     if prefix_cache is not None:
         summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
+    samples = ex.trace.gate_samples
+    summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
     return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
