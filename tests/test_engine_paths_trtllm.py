@@ -165,3 +165,25 @@ def test_gate_sample_mean_is_counted_as_the_path_counts():
     it = (ngram := _ngram_specbench()).iterations
     s = it[it["spec_on"] & (it["drafted"] > 0)]
     assert ngram.summary["gate_sample_mean"] == pytest.approx((s["accepted"] / s["drafted"]).mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("denominator", ["drafted", "padded"])
+def test_ngram_gate_denominators(denominator):
+    # drafted (current engine): accepted / pre-padding draft lengths; padded (the older
+    # num_draft_tokens reading): accepted / (K_static x drafting rows). Both only sample iterations
+    # that drafted something. Window 50, threshold 0.3, recomputed from the iterations table.
+    from specplan.config import build_config
+
+    res = simulate(build_config({
+        "engine": {"engine": "trtllm", "max_batch_size": 8, "kv_num_blocks": 100000},
+        "speculation": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 2,
+                        "acceptance_rate_window_size": 50, "acceptance_rate_threshold": 0.3,
+                        "gate_denominator": denominator},
+        "acceptance": {"mode": "drafter"},
+        "workload": {"trace": "specbench", "arrival": "closed_loop", "concurrency": 1, "num_requests": 12},
+        "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.0}}))
+    it = res.iterations
+    s = it[it["spec_on"] & (it["drafted"] > 0)]
+    x = (s["accepted"] / (s["drafted"] if denominator == "drafted" else 4 * s["gen_rows"])).to_numpy()
+    trip = next((int(s["iteration"].iloc[i]) for i in range(49, len(x)) if x[i - 49:i + 1].mean() < 0.3), None)
+    assert trip is not None and res.summary["gate_tripped_iteration"] == trip
