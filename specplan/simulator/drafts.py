@@ -28,18 +28,23 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
     """
     rows, ctx = d.rows, d.is_prefill
     q = d.query_tokens.copy()
-    drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
     now = np.zeros(len(rows), dtype=bool) if proposed_before else ~ctx
     if oracle.drafts_at_prefill:
         now |= ctx & (st.generated[rows] == 0) & (st.computed[rows] + q >= st.ctx_target[rows])
-    if now.any():
-        drafted[now], accepted[now] = oracle.draft(rows[now], st.generated[rows[now]], k)
-    drafting = now
-    if proposed_before:
+    if not proposed_before:
+        drafting, drows = now, rows[now]
+        if len(drows):
+            drafted, accepted = oracle.draft(drows, st.generated[drows], k)
+        else:
+            drafted = accepted = np.zeros(0, dtype=np.int64)
+    else:
+        drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+        if now.any():
+            drafted[now], accepted[now] = oracle.draft(rows[now], st.generated[rows[now]], k)
         drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
         held = drafting & ~now
         drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
-    drafted, accepted = drafted[drafting], accepted[drafting]
+        drafted, accepted = drafted[drafting], accepted[drafting]
     width = {"static": k_static, "runtime": k}.get(verify_width, drafted)
     q[drafting] = np.where(ctx[drafting], q[drafting], 1) + width
     return drafting, drafted, accepted, q

@@ -256,7 +256,7 @@ class Executor:
             t = max(t, self.cost.draft_time("SA", num_rows, k, state_size))
         return t
 
-    def _update_requests(self, d: ScheduleDecision, drafting, accepted) -> np.ndarray:
+    def _update_requests(self, d: ScheduleDecision, chunk, drafting, accepted) -> np.ndarray:
         """Commit accepted + 1 per verify row (never past the output), then ``rewind_kv_cache``."""
         st, rows, ctx_rows = self.st, d.rows, d.is_prefill
         now = self.env.now
@@ -266,7 +266,7 @@ class Executor:
         if has_ctx:
             ctx_idx = np.flatnonzero(ctx_rows)
             crow = rows[ctx_idx]
-            st.computed[crow] += d.chunk[ctx_idx]
+            st.computed[crow] += chunk[ctx_idx]
             commit[ctx_idx] = st.computed[crow] >= st.ctx_target[crow]
             st.first_token[crow[(commit[ctx_idx] > 0) & (generated[ctx_idx] == 0)]] = now
         commit[drafting] += accepted
@@ -326,14 +326,14 @@ class Executor:
             act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
             gen_cost, kv_width = control.prepare_draft_requests(self.rules, spec, k, self.k_static, s.verify_width,
                                                                 st.disable_spec[act], st.pending_drafted[act])
-            d = self.scheduler.schedule(self.active, gen_cost, kv_width)
+            d = self.scheduler.schedule(self.active, act, gen_cost, kv_width)
             if len(d.rows) == 0:
                 raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
             if self.rules.stamps_disable and s.speculate and not spec:
                 st.disable_spec[d.rows] = True
             k, spec = self._update_draft_len(d, k, spec)
             self._last_scheduled = len(d.rows)
-            rows, ctx_rows = d.rows, d.is_prefill
+            rows, ctx_rows, chunk = d.rows, d.is_prefill, d.chunk
             if spec:
                 drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static, s.verify_width,
                                                                       self.rules.budget == "draft")
@@ -351,11 +351,11 @@ class Executor:
                 step += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step)
-            commit = self._update_requests(d, drafting, accepted)
+            commit = self._update_requests(d, chunk, drafting, accepted)
             if self.prefix_cache is not None and ctx_rows.any():
                 self.prefix_cache.on_computed(rows[ctx_rows], st)
             self._update_gate(it, spec, k, d, drafting, drafted, accepted, q)
-            n_ctx, prefill = int(ctx_rows.sum()), int(d.chunk.sum())
+            n_ctx, prefill = int(ctx_rows.sum()), int(chunk.sum())
             self.trace.iterations.append((
                 it, start, step, len(self.active), len(self.waiting), len(rows), len(rows) - n_ctx,
                 prefill, k if spec else 0, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum()) - prefill,
