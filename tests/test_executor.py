@@ -113,13 +113,13 @@ def test_invariants_under_random_configs(scenario):
     settings, wl, alpha, seed = scenario
     ex = Executor(settings, wl, alpha_oracle(alpha, wl.prompt_lens, wl.output_lens, seed, max_k=8), _Affine())
     ex.run()  # KVBlockPool raises if blocks ever exceed capacity or go negative
-    req = metrics.request_table(ex)
-    it = metrics.iteration_table(ex)
+    req = metrics.request_table(ex.trace)
+    it = metrics.iteration_table(ex.trace)
     # Every request completes with exactly its output length.
-    assert (ex.generated == wl.output_lens).all() and req["finish_s"].notna().all()
+    assert (ex.trace.generated == wl.output_lens).all() and req["finish_s"].notna().all()
     # Committed tokens = accepted + one per verify row + one per completed prefill (oracles respect
     # TensorRT-LLM's truncation, so the output end never cuts a step here).
-    em = metrics.emission_table(ex)
+    em = metrics.emission_table(ex.trace)
     assert em["tokens"].sum() == wl.output_lens.sum()
     assert (it["committed"] == it["accepted"] + it["gen_rows"] + it["prefill_done"]).all()
     assert it["prefill_done"].sum() >= wl.output_lens.size
@@ -155,6 +155,6 @@ def test_prefill_draft_of_hf_prompt_lookup(make_config):
     wl = Workload(np.array([8]), np.array([6]), None, np.array([-1]), concurrency=1)
     ex = Executor(settings, wl, oracle, _Affine())
     ex.run()
-    it = metrics.iteration_table(ex)
+    it = metrics.iteration_table(ex.trace)
     assert it.loc[0, "prefill_tokens"] == 8 and it.loc[0, "committed"] == 5 and it.loc[0, "accepted"] == 4
-    assert ex.generated[0] == 6
+    assert ex.trace.generated[0] == 6

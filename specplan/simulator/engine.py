@@ -88,7 +88,10 @@ class Workload:
 
 @dataclass
 class Trace:
-    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``."""
+    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``.
+
+    The per-request arrays (lengths, arrival, first token, finish, generated) are filled when the
+    run ends."""
 
     iterations: list = field(default_factory=list)
     emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
@@ -98,6 +101,13 @@ class Trace:
     gate_tripped_time: Optional[float] = None
     preemptions: int = 0
     gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
+    n: int = 0
+    plen: Optional[np.ndarray] = None
+    olen: Optional[np.ndarray] = None
+    arrival: Optional[np.ndarray] = None
+    first_token: Optional[np.ndarray] = None
+    finish: Optional[np.ndarray] = None
+    generated: Optional[np.ndarray] = None
 
 
 ITERATION_FIELDS = (
@@ -149,14 +159,6 @@ class Executor:
         self._last_scheduled = 0
         self._k_next = self._lookup(0) if settings.speculate else 0  # vLLM: K of the drafts proposed last step
         self._check_fits()
-
-    # Per-request arrays the metrics read (``specplan.simulator.metrics``).
-    plen = property(lambda self: self.st.plen)
-    olen = property(lambda self: self.st.olen)
-    generated = property(lambda self: self.st.generated)
-    first_token = property(lambda self: self.st.first_token)
-    finish = property(lambda self: self.st.finish)
-    arrival = property(lambda self: self.frontend.arrival)
 
     def _check_fits(self) -> None:
         """A request that can never be scheduled would wait forever: refuse the config up front."""
@@ -379,5 +381,8 @@ class Executor:
         self.frontend.start()
         self.env.process(self.run_loop())
         self.env.run()
-        self.trace.preemptions = self.scheduler.preemptions
-        return self.trace
+        st, t = self.st, self.trace
+        t.preemptions = self.scheduler.preemptions
+        t.n, t.plen, t.olen, t.arrival = st.n, st.plen, st.olen, self.frontend.arrival
+        t.first_token, t.finish, t.generated = st.first_token, st.finish, st.generated
+        return t

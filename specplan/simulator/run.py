@@ -205,20 +205,20 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
         caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
     prefix_cache = PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches, prefix_cache)
-    ex.run()
-    req = metrics.request_table(ex, requests)
-    its = metrics.iteration_table(ex)
-    em = metrics.emission_table(ex)
-    summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    trace = ex.run()
+    req = metrics.request_table(trace, requests)
+    its = metrics.iteration_table(trace)
+    em = metrics.emission_table(trace)
+    summary = metrics.summarize(trace, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     if prefix_cache is not None:
         summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
-    samples = ex.trace.gate_samples
+    samples = trace.gate_samples
     summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
     return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
-                     metrics.batch_table(ex) if record_batches else None)
+                     metrics.batch_table(trace) if record_batches else None)
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:
