@@ -63,6 +63,19 @@ def test_one_model_budgets_k_static_placeholders(make_config):
     assert (decode["batch_rows"] == 2).all() and (decode["k"] == 1).all() and (decode["verified_tokens"] == 4).all()
 
 
+def test_one_model_k_zero_step_still_charges_placeholders(make_config):
+    # {2: 3}, K_static 3, four clients, max_num_tokens 15: each generation row is charged 1 + 3 = 4,
+    # so three fit (12 <= 15 < 16); update_draft_len(3) is 0 past the largest key, so the step drafts
+    # nothing and each row computes 1 token: 3 verified tokens, while the fourth request waits.
+    res = simulate(make_config(engine={"engine": "trtllm", "max_batch_size": 8, "max_num_tokens": 15},
+                               speculation={"decoding_type": "SA", "max_draft_len": 3, "draft_len_schedule": {2: 3}},
+                               workload={"concurrency": 4, "num_requests": 4, "output_len": 30}))
+    it = res.iterations
+    decode = it[(it["num_active"] == 4) & (it["gen_rows"] == it["batch_rows"])]
+    assert len(decode) > 10
+    assert (decode["batch_rows"] == 3).all() and (decode["k"] == 0).all() and (decode["verified_tokens"] == 3).all()
+
+
 def _rolling_trip(it, window: int, threshold: float):
     """The first iteration whose last ``window`` samples average below ``threshold``: one sample per
     speculating iteration with generation rows, accepted / (K x generation rows), zeros included."""

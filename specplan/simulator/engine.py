@@ -340,7 +340,9 @@ class Executor:
                 drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static, s.verify_width,
                                                                       self.rules.budget == "draft")
             else:
-                drafting, drafted, accepted, q = np.zeros(len(rows), bool), rows[:0], rows[:0], d.query_tokens
+                # No drafts: a generation row computes one token whatever its placeholders charged.
+                q = np.where(ctx_rows, d.query_tokens, 1)
+                drafting, drafted, accepted = np.zeros(len(rows), bool), rows[:0], rows[:0]
             resident = st.resident(rows, ctx_rows)
             self.kv.resize(rows, resident + q)
             step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
