@@ -11,6 +11,7 @@ from specplan.cost_models.base import CostModel
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.oracles import alpha_oracle
+from specplan.simulator.paths import PATHS, VLLM
 from specplan.simulator.run import baseline_config, simulate
 
 
@@ -88,7 +89,13 @@ def scenarios(draw):
     min_tokens = (1 + k) if chunked else max(int((plen + olen).max()), 1 + k)
     block = draw(st.sampled_from([1, 4, 16]))
     need = int(np.max(-(-(plen + olen + k) // block)))
+    # Each engine path with its own rules (TRT drafter, TRT one-model, vLLM).
+    path = draw(st.sampled_from(list(PATHS)))
+    rules = {"k_from": PATHS[path].k_from, "path": path, "gate_denominator": PATHS[path].gate_denominator}
+    if path != VLLM:
+        rules["schedule_lookup"] = PATHS[path].schedule_lookup
     settings = EngineSettings(
+        **rules,
         max_batch_size=draw(st.integers(1, 6)),
         max_num_tokens=draw(st.integers(min_tokens, min_tokens + 64)),
         max_num_active_requests=draw(st.integers(1, 8)),
@@ -99,7 +106,7 @@ def scenarios(draw):
         overlap_scheduler=draw(st.booleans()),
         speculate=k > 0,
         max_draft_len=k,
-        draft_len_schedule=draw(st.sampled_from([None, {2: k, 5: k // 2}])) if k else None,
+        draft_len_schedule=draw(st.sampled_from([None, {2: k, 5: k // 2}])) if k and path != VLLM else None,
         verify_width=draw(st.sampled_from(["static", "runtime", "draft"])),
     )
     closed = draw(st.booleans())

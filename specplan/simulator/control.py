@@ -141,7 +141,8 @@ def prepare_draft_requests(rules, spec: bool, k: int, k_static: int, verify_widt
         ones = np.ones(n, dtype=np.int64)
         return ones, ones
     if rules.budget == "draft":
-        return 1 + pending, 1 + pending
+        width = {"static": k_static, "runtime": k}.get(verify_width, pending)
+        return 1 + pending, np.where(pending > 0, 1 + width, 1)
     if rules.budget == "static":
         return np.full(n, 1 + k_static), np.full(n, 1 + k_static)
     width = 1 + (k_static if verify_width == "static" else k)
