@@ -36,7 +36,7 @@ def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: i
                      lookup: str = "upper_bound") -> int:
     """TensorRT-LLM's post-schedule ``update_draft_len``: the runtime K of the scheduled batch.
 
-    ``model_engine.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
+    ``speculative/utils.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
     scheduled batch size (context rows included); without a schedule K is ``max_draft_len``.
     """
     if schedule is None:
@@ -44,13 +44,13 @@ def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: i
     return draft_len_for_batch_size(schedule, max(scheduled_batch_size, 1), lookup)
 
 
+CTX_INFINITY = 2**31 - 1  # vLLM's _CTX_INFINITY: the last context bucket has no upper end
+
+
 def _entries5(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int, int]]:
     """vLLM entries as ``(bs_lo, bs_hi, ctx_lo, ctx_hi, K)``; a 3-item entry covers every context."""
     return [(int(r[0]), int(r[1]), 1, CTX_INFINITY, int(r[2])) if len(r) == 3 else tuple(int(x) for x in r)
             for r in ranges]
-
-
-CTX_INFINITY = 2**31 - 1
 
 
 def vllm_dynamic_sd_lookup(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int):
