@@ -230,6 +230,7 @@ class Executor:
         self.trace.gate_tripped_time = self.env.now
 
     def _setup_drafter(self) -> tuple[int, bool]:
+        """K before scheduling and on/off (``_setup_drafter``): off without a drafter or once the gate latched."""
         s = self.s
         gate = self.gate or self.legacy_gate
         if not s.speculate or (gate is not None and gate.disabled):
