@@ -200,3 +200,15 @@ def test_ngram_gate_denominators(denominator):
     x = (s["accepted"] / (s["drafted"] if denominator == "drafted" else 4 * s["gen_rows"])).to_numpy()
     trip = next((int(s["iteration"].iloc[i]) for i in range(49, len(x)) if x[i - 49:i + 1].mean() < 0.3), None)
     assert trip is not None and res.summary["gate_tripped_iteration"] == trip
+
+
+def test_one_model_max_concurrency_is_a_schedule_on_the_scheduled_batch(make_config):
+    # SA has no drafter object: max_concurrency 2 becomes draft_len_schedule {2: 4}, looked up with
+    # update_draft_len on the scheduled batch: K = 4 with at most 2 rows scheduled, 0 with 3 or more.
+    res = simulate(make_config(engine={"engine": "trtllm", "max_batch_size": 8},
+                               speculation={"decoding_type": "SA", "max_draft_len": 4, "max_concurrency": 2},
+                               workload={"concurrency": 3, "num_requests": 5, "output_len": 40}))
+    assert res.config.speculation.draft_len_schedule == {2: 4} and res.config.speculation.max_concurrency is None
+    it = res.iterations
+    assert (it["k"] == np.where(it["batch_rows"] <= 2, 4, 0)).all()
+    assert set(it["batch_rows"]) >= {2, 3} and set(it["k"]) == {0, 4}  # three requests, then two
