@@ -38,6 +38,9 @@ class EngineConfig(_Section):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
     enable_chunked_prefill: bool = False
     overlap_scheduler: bool = False
+    max_model_len: Optional[int] = Field(None, ge=1, description="vLLM: bounds drafts; None = each request's own length")
+    enable_prefix_caching: Optional[bool] = Field(
+        None, description="vLLM automatic prefix caching; None = the engine's default (vLLM on, TensorRT-LLM off)")
 
 
 # The one spelling per drafter; aliases (``sa``, ``ngram``, ``vllm-ngram``, ...) are read as these.
@@ -83,12 +86,14 @@ class SpeculationConfig(_Section):
     sa_config: Optional[SAEnhancerConfig] = Field(None, description="SA enhancer on an MTP / Eagle3 drafter")
 
     draft_len_schedule: Optional[dict[int, int]] = None
-    num_speculative_tokens_per_batch_size: Optional[list[tuple[int, int, int]]] = None
-    schedule_lookup: Literal["upper_bound", "lower_bound"] = Field(
-        "upper_bound", description="TensorRT-LLM bisect_left (current) or the older bisect_right drafter lookup"
+    num_speculative_tokens_per_batch_size: Optional[list[list[int]]] = Field(
+        None, description="vLLM entries [start, end, K] or [start, end, ctx_lo, ctx_hi, K]")
+    schedule_lookup: Optional[Literal["upper_bound", "lower_bound"]] = Field(
+        None, description="None = the path's rule: TRT drafter bisect_right (lower bounds), one-model bisect_left"
     )
     k_from: Optional[Literal["active", "scheduled"]] = Field(
-        None, description="None = the engine's rule: TRT len(active_requests), vLLM the previous step's scheduled count"
+        None, description="None = the path's rule: TRT drafter len(active_requests), TRT one-model the scheduled "
+        "batch (update_draft_len), vLLM this step's scheduled count for the next step's drafts"
     )
     max_concurrency: Optional[int] = Field(None, ge=1)
     verify_width: Optional[Literal["static", "runtime", "draft"]] = Field(
@@ -98,8 +103,9 @@ class SpeculationConfig(_Section):
     acceptance_rate_threshold: Optional[float] = Field(None, ge=0, le=1)
     acceptance_window: Optional[int] = Field(None, ge=1, description="legacy gate: completed requests per window")
     acceptance_length_threshold: Optional[float] = Field(None, ge=0, description="legacy gate: accepted tokens per step")
-    gate_denominator: Literal["drafted", "padded"] = Field(
-        "drafted", description="SpeculationGate denominator: effective draft length (seed 000) or padded width"
+    gate_denominator: Optional[Literal["drafted", "padded", "runtime"]] = Field(
+        None, description="SpeculationGate denominator; None = the path's rule: drafted (pre-padding, drafter "
+        "path), runtime (K per generation row, one-model path); padded = the older num_draft_tokens reading"
     )
 
     @model_validator(mode="after")
@@ -206,6 +212,8 @@ class CostConfig(_Section):
     linear_fit_csv: Optional[str] = None
     draft_fraction: Optional[float] = Field(None, ge=0)
     draft_costs: Optional[str] = None
+    piecewise_cuda_graph_slowdown: Optional[float] = Field(
+        None, ge=0, lt=1, description="vLLM dynamic SD step slowdown; None = the published 0.14 (vLLM #49548)")
 
 
 class SimConfig(_Section):

@@ -14,6 +14,9 @@ from typing import Optional
 SA_MAX_GLOBAL_SLOTS = 1024
 SA_GLOBAL_MATCH_CAP = 64
 
+# vLLM's _CTX_INFINITY: the last context bucket of a dynamic-SD schedule has no upper end.
+CTX_INFINITY = 2**31 - 1
+
 # vLLM config/speculative.py: both prompt_lookup bounds default to 5 when neither is given.
 VLLM_DEFAULT_LOOKUP = 5
 
@@ -40,27 +43,37 @@ def effective_lookup_range(lo: Optional[int], hi: Optional[int]) -> tuple[int, i
 
 
 def check_batch_size_ranges(ranges, max_k: Optional[int] = None) -> None:
-    """vLLM's rules for ``num_speculative_tokens_per_batch_size``: a non-empty list of inclusive
-    ``[start, end, K]`` with 1 <= start <= end, K >= 0 (and <= ``max_k`` when given), the first
-    starting at 1, sorted and not overlapping. Raises ValueError whose text starts with ``[i]: `` or
-    ``: `` so callers can prefix the field name."""
+    """vLLM's rules for ``num_speculative_tokens_per_batch_size``
+    (``validate_and_normalize_dynamic_sd_schedule``): a non-empty list of all 3-item
+    ``[bs_lo, bs_hi, K]`` or all 5-item ``[bs_lo, bs_hi, ctx_lo, ctx_hi, K]`` entries, bounds >= 1
+    and lo <= hi, K >= 0 (and <= ``max_k`` when given). The list may come in any order: vLLM sorts
+    it; sorted, the batch ranges must not overlap and start at 1, and 5-item entries must form a
+    rectangular grid whose context ranges are contiguous from 1. Raises ValueError whose text starts
+    with ``[i]: `` or ``: `` so callers can prefix the field name."""
     if not isinstance(ranges, (list, tuple)) or not ranges:
-        raise ValueError(": expected a non-empty list of [start, end, K]")
-    prev_end = 0
+        raise ValueError(": expected a non-empty list of [start, end, K] or [start, end, ctx_lo, ctx_hi, K]")
     for i, r in enumerate(ranges):
-        if not isinstance(r, (list, tuple)) or len(r) != 3 or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                                      for x in r):
-            raise ValueError(f"[{i}]: expected three integers [start, end, K]")
-        start, end, k = r
-        if start < 1 or start > end:
-            raise ValueError(f"[{i}]: need 1 <= start <= end, got [{start}, {end}]")
+        if not isinstance(r, (list, tuple)) or len(r) not in (3, 5) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in r):
+            raise ValueError(f"[{i}]: expected three or five integers [start, end, (ctx_lo, ctx_hi,) K]")
+        bounds, k = r[:-1], r[-1]
+        if any(x < 1 for x in bounds) or bounds[0] > bounds[1] or (len(r) == 5 and bounds[2] > bounds[3]):
+            raise ValueError(f"[{i}]: need 1 <= start <= end (and 1 <= ctx_lo <= ctx_hi), got {list(r)}")
         if k < 0 or (max_k is not None and k > max_k):
             raise ValueError(f"[{i}]: K must be in [0, {'num_speculative_tokens = ' + str(max_k) if max_k is not None else 'inf'}], got {k}")
-        if i == 0 and start != 1:
-            raise ValueError(": the first range must start at 1")
-        if start <= prev_end:
-            raise ValueError(f"[{i}]: ranges must be sorted and not overlap")
-        prev_end = end
+    if len({len(r) for r in ranges}) > 1:
+        raise ValueError(": entries must all be 3-item or all 5-item")
+    bs = sorted({(r[0], r[1]) for r in ranges})
+    if bs[0][0] != 1:
+        raise ValueError(": the first range must start at 1")
+    if any(lo <= prev_hi for (_, prev_hi), (lo, _) in zip(bs, bs[1:])):
+        raise ValueError(": batch-size ranges must not overlap")
+    ctx = sorted({(r[2], r[3]) for r in ranges}) if len(ranges[0]) == 5 else [(1, CTX_INFINITY)]
+    cells = {(r[0], r[1], r[2]) for r in ranges} if len(ranges[0]) == 5 else set(bs)
+    if len(cells) != len(ranges) or len(ranges) != len(bs) * len(ctx):
+        raise ValueError(f": 5-item entries must form a rectangular grid ({len(bs)} batch x {len(ctx)} context ranges)")
+    if ctx[0][0] != 1 or any(lo != prev_hi + 1 for (_, prev_hi), (lo, _) in zip(ctx, ctx[1:])):
+        raise ValueError(": context ranges must start at 1 and be contiguous")
 
 
 def validate_speculation(spec) -> None:

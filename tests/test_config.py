@@ -35,7 +35,7 @@ def test_negative_rate_names_the_field():
         ({"max_draft_len": 4, "draft_len_schedule": {0: 4}}, "keys (batch sizes) must be >= 1"),
         ({"max_draft_len": 4, "draft_len_schedule": {4: 4}, "max_concurrency": 8}, "mutually exclusive"),
         ({"num_speculative_tokens_per_batch_size": [[2, 8, 3]]}, "first range must start at 1"),
-        ({"num_speculative_tokens_per_batch_size": [[1, 8, 3], [8, 9, 1]]}, "must be sorted and not overlap"),
+        ({"num_speculative_tokens_per_batch_size": [[1, 8, 3], [8, 9, 1]]}, "batch-size ranges must not overlap"),
         ({"acceptance_rate_window_size": 100}, "must be given together"),
         ({"decoding_type": "SA", "max_matching_ngram_size": 0}, "-1 (longest match) or >= 1"),
         ({"decoding_type": "SA", "enable_global_pool": True, "max_matching_ngram_size": 65},

@@ -52,15 +52,18 @@ def test_legacy_gate_in_the_loop(make_config):
 
 
 def test_presets_differ_past_the_last_band(make_config):
-    # The same bands {2: 3}: with 4 requests active, TRT gives K = 0 (implicit off past the largest key)
-    # while vLLM carries the last K = 3 past the last range.
-    common = dict(speculation={"decoding_type": "pld", "max_draft_len": 3, "draft_len_schedule": {2: 3}},
-                  workload={"concurrency": 4, "num_requests": 4, "output_len": 40})
-    trt = simulate(make_config(engine={"engine": "trtllm"}, **common))
-    vllm = simulate(make_config(engine={"engine": "vllm"}, **common))
+    # The same bands {2: 3} with 4 requests running: TRT's one-model path (update_draft_len,
+    # bisect_left) gives K = 0 past the largest key; its drafter path (Drafter.get_draft_len_for_batch_size,
+    # bisect_right: keys are lower bounds) and vLLM (the last range carries) give K = 3.
+    common = dict(workload={"concurrency": 4, "num_requests": 4, "output_len": 40})
+    sched = {"max_draft_len": 3, "draft_len_schedule": {2: 3}}
+    one_model = simulate(make_config(engine={"engine": "trtllm"}, speculation={"decoding_type": "SA", **sched}, **common))
+    drafter = simulate(make_config(engine={"engine": "trtllm"}, speculation={"decoding_type": "pld", **sched}, **common))
+    vllm = simulate(make_config(engine={"engine": "vllm"}, speculation={"decoding_type": "pld", **sched}, **common))
     full = lambda r: r.iterations[r.iterations["gen_rows"] == 4]  # noqa: E731
-    assert (full(trt)["k"] == 0).all()
-    assert (full(vllm)["k"] == 3).all()
+    assert len(full(one_model)) and (full(one_model)["k"] == 0).all()
+    assert len(full(drafter)) and (full(drafter)["k"] == 3).all()
+    assert len(full(vllm)) and (full(vllm)["k"] == 3).all()
 
 
 def test_presets_reject_the_other_engines_fields():

@@ -29,20 +29,22 @@ SCENARIO = {
 def expected_schedule() -> dict[int, int]:
     """By hand: with i.i.d. acceptance a, a round of K drafts commits E[L] = (1 - a^(K+1)) / (1 - a)
     tokens. Where a step costs T at every K (B <= 8) the best K maximises E[L]: K_MAX. Where it costs
-    T (1 + K) (B > 8) it maximises E[L] / (1 + K) < 1 for K > 0: K = 0. Bands end at 1, 2, 4, 8, 16."""
+    T (1 + K) (B > 8) it maximises E[L] / (1 + K) < 1 for K > 0: K = 0. Bands are 1, 2, 3-4, 5-8,
+    9-16; TensorRT-LLM's NGram drafter reads schedule keys as lower bounds (bisect_right), so each
+    run of equal K is keyed by its first batch size."""
     def committed(k):
         return (1 - ALPHA ** (k + 1)) / (1 - ALPHA)
 
     flat = max(range(K_MAX + 1), key=committed)
     steep = max(range(K_MAX + 1), key=lambda k: committed(k) / (1 + k))
     assert (flat, steep) == (K_MAX, 0)
-    per_band = {edge: flat if edge <= 8 else steep for edge in (1, 2, 4, 8, 16)}
+    per_band = {start: flat if start <= 8 else steep for start in (1, 2, 3, 5, 9)}
     merged, prev = {}, None
-    for edge in sorted(per_band, reverse=True):  # keep each run's largest edge
-        if per_band[edge] != prev:
-            merged[edge] = per_band[edge]
-        prev = per_band[edge]
-    return dict(sorted(merged.items()))
+    for start in sorted(per_band):  # keep each run's first batch size
+        if per_band[start] != prev:
+            merged[start] = per_band[start]
+        prev = per_band[start]
+    return merged
 
 
 def test_bands_and_merging():
@@ -52,6 +54,7 @@ def test_bands_and_merging():
     assert bands == [Band(1, 1), Band(2, 2), Band(3, 4), Band(5, 8), Band(9, 16)]
     assert bands[3].probes == (5, 8) and bands[0].probes == (1,)
     assert merge_schedule(bands, [4, 4, 2, 2, 0]) == {2: 4, 8: 2, 16: 0}
+    assert merge_schedule(bands, [4, 4, 2, 2, 0], "lower_bound") == {1: 4, 3: 2, 9: 0}
     with pytest.raises(ConfigError, match="last edge must be engine.max_batch_size"):
         bands_from_edges([1, 8], 16)
 
@@ -67,7 +70,7 @@ def test_recommend_finds_the_schedule_known_by_construction(tmp_path, monkeypatc
     main()
     printed = capsys.readouterr().out
     want = expected_schedule()
-    assert want == {8: K_MAX, 16: 0}
+    assert want == {1: K_MAX, 9: 0}
     assert str(want) in printed
 
     summary = json.loads((out / "recommendation.json").read_text())
@@ -94,8 +97,9 @@ def test_recommend_finds_the_schedule_known_by_construction(tmp_path, monkeypatc
      {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 4, "is_keep_all": True,
       "is_use_oldest": True, "is_public_pool": True, "draft_len_schedule": {4: 3, 32: 1},
       "acceptance_rate_window_size": 64, "acceptance_rate_threshold": 0.25},
+     # the NGram drafter reads {4: 3, 32: 1} as lower bounds: 1-3 -> 0, 4-31 -> 3, 32 and up -> 1
      {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4,
-      "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 32, 1]]}),
+      "num_speculative_tokens_per_batch_size": [[1, 3, 0], [4, 31, 3], [32, 32, 1]]}),
     ({"decoding_type": "SA", "max_draft_len": 5, "max_matching_ngram_size": -1},
      {"decoding_type": "SA", "max_draft_len": 5, "max_matching_ngram_size": -1},
      {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 5}),
@@ -144,11 +148,12 @@ GOOD_VLLM = {"method": "ngram", "num_speculative_tokens": 4, "num_speculative_to
 
 @pytest.mark.parametrize("change,needle", [
     ({"num_speculative_tokens_per_batch_size": [[2, 8, 4]]}, "first range must start at 1"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 0]]}, "[1]: ranges must be sorted and not overlap"),
-    ({"num_speculative_tokens_per_batch_size": [[9, 16, 0], [1, 8, 4]]}, "first range must start at 1"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 0]]}, "batch-size ranges must not overlap"),
+    ({"num_speculative_tokens_per_batch_size": [[9, 16, 0], [2, 8, 4]]}, "first range must start at 1"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 16, 1, 64, 0]]}, "entries must all be 3-item or all 5-item"),
     ({"num_speculative_tokens_per_batch_size": [[1, 8, 5]]}, "K must be in [0, num_speculative_tokens = 4]"),
     ({"num_speculative_tokens_per_batch_size": [[1, 0, 4]]}, "need 1 <= start <= end"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 8]]}, "three integers"),
+    ({"num_speculative_tokens_per_batch_size": [[1, 8]]}, "three or five integers"),
     ({"num_speculative_tokens_per_batch_size": []}, "non-empty list"),
     ({"num_speculative_tokens": 0}, "num_speculative_tokens: must be an integer >= 1"),
     ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_min: must be <= prompt_lookup_max"),
@@ -161,6 +166,11 @@ def test_vllm_validator_rejects_with_one_line(change, needle):
     with pytest.raises(ConfigError) as exc:
         export.validate_vllm_speculative_config({**GOOD_VLLM, **change})
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_vllm_validator_sorts_ranges_as_vllm_does():
+    # validate_and_normalize_dynamic_sd_schedule sorts the entries: an unsorted list is valid.
+    export.validate_vllm_speculative_config({**GOOD_VLLM, "num_speculative_tokens_per_batch_size": [[9, 16, 0], [1, 8, 4]]})
 
 
 def test_nothing_to_export_without_an_engine_drafter():

@@ -54,4 +54,5 @@ def build_oracle(cfg: SimConfig, requests: list, prompt_lens: np.ndarray, output
         return alpha_oracle(0.0, *args, seed=seed)  # never asked: speculation is off
     from specplan.acceptance.drafters import make_drafter_oracle
 
-    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size, drafter_cache)
+    return make_drafter_oracle(cfg.speculation, requests, cfg.engine.max_batch_size, drafter_cache,
+                               cfg.engine.max_model_len)

@@ -59,7 +59,7 @@ def _print(console: Console, rec) -> None:
         row += [f"{r['goodput_tok_s']:.0f} / {(r['tpot_s']['p99'] or 0) * 1e3:.2f}" for r in rec.results[c.name]]
         cands.add_row(*row)
     console.print(cands)
-    best_sched = merge_schedule(rec.bands, rec.band_k[cap])
+    best_sched = merge_schedule(rec.bands, rec.band_k[cap], rec.keys)
     console.print(f"Best draft_len_schedule found: {best_sched} (max_draft_len {cap}).")
     if rec.speculates:
         sp = rec.best.speculation
@@ -138,10 +138,11 @@ def register(app: typer.Typer) -> None:
             console.print(f"Wrote {out / SUMMARY_FILE}; no engine configs, since speculation does not pay here.")
             return
         simulated = cfg.engine.engine
-        trt = export.write_trtllm_yaml(export.trtllm_speculative_config(rec.recommended), out / TRTLLM_FILE,
+        keys = dict(keys=rec.keys, max_batch_size=cfg.engine.max_batch_size)  # the path's schedule keys
+        trt = export.write_trtllm_yaml(export.trtllm_speculative_config(rec.recommended, **keys), out / TRTLLM_FILE,
                                        comment=None if simulated == "trtllm" else
                                        "translated from a vLLM simulation; not itself simulated")
-        vllm = export.write_vllm_json(export.vllm_speculative_config(rec.recommended), out / VLLM_FILE)
+        vllm = export.write_vllm_json(export.vllm_speculative_config(rec.recommended, **keys), out / VLLM_FILE)
         console.print(f"Wrote {trt} (TensorRT-LLM: speculative_config in the LLM API options YAML)"
                       + ("" if simulated == "trtllm" else ", a translation") + ".")
         console.print(f"Wrote {vllm} (vLLM: --speculative-config \"$(cat {vllm})\")"

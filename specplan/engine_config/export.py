@@ -26,7 +26,8 @@ from specplan.config import SpeculationConfig, format_validation_error, read_yam
 from specplan.config_rules import check_batch_size_ranges
 from specplan.errors import ConfigError
 from specplan.acceptance.drafters.settings import DrafterSettings
-from specplan.simulator.presets import schedule_to_ranges
+from specplan.simulator.paths import path_for
+from specplan.simulator.presets import convert_schedule, schedule_to_ranges
 from specplan.atomic import atomic_write_text
 
 _TRT_COMMON = ("decoding_type", "max_draft_len", "draft_len_schedule", "max_concurrency",
@@ -90,10 +91,11 @@ def validate_trtllm_speculative_config(cfg: Any, source: str = "speculative_conf
 def validate_vllm_speculative_config(cfg: Any, source: str = "speculative_config") -> None:
     """vLLM's rules for ``--speculative-config`` with a model-free method (raises ``ConfigError``).
 
-    Known fields only (per method); ``num_speculative_tokens`` an integer >= 1; each range of
-    ``num_speculative_tokens_per_batch_size`` three integers ``[start, end, K]`` with
-    ``1 <= start <= end`` and ``0 <= K <= num_speculative_tokens``, the first starting at 1, sorted
-    and not overlapping; ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
+    Known fields only (per method); ``num_speculative_tokens`` an integer >= 1;
+    ``num_speculative_tokens_per_batch_size`` as vLLM's ``validate_and_normalize_dynamic_sd_schedule``
+    takes it (``control.check_batch_size_ranges``: 3-item ``[start, end, K]`` or 5-item
+    ``[start, end, ctx_lo, ctx_hi, K]`` entries, any order, ``0 <= K <= num_speculative_tokens``);
+    ``1 <= prompt_lookup_min <= prompt_lookup_max``; suffix settings in range.
     """
     _check_shape(cfg, source, "method", VLLM_FIELDS, "num_speculative_tokens", "model-free vLLM method")
     n = cfg["num_speculative_tokens"]
@@ -132,8 +134,28 @@ def _settings(spec: SpeculationConfig) -> DrafterSettings:
     return DrafterSettings.from_spec(spec)
 
 
-def trtllm_speculative_config(spec: SpeculationConfig) -> dict:
-    """TensorRT-LLM's ``speculative_config`` for a setting (vLLM drafters mapped to the closest one)."""
+def _max_batch(schedule: dict, max_batch_size: Optional[int]) -> int:
+    return max_batch_size if max_batch_size is not None else max(schedule)
+
+
+def _own_keys(spec: SpeculationConfig, keys: Optional[str]) -> str:
+    """How the setting's ``draft_len_schedule`` reads when not told: as on its drafter's own path
+    (vLLM drafters: as vLLM ranges ending at each key)."""
+    if keys is not None:
+        return keys
+    if spec.decoding_type in ("vllm_ngram", "suffix"):
+        return "upper_bound"
+    return spec.schedule_lookup or path_for("trtllm", spec.decoding_type).schedule_lookup
+
+
+def trtllm_speculative_config(spec: SpeculationConfig, keys: Optional[str] = None,
+                              max_batch_size: Optional[int] = None) -> dict:
+    """TensorRT-LLM's ``speculative_config`` for a setting (vLLM drafters mapped to the closest one).
+
+    ``keys`` says how ``spec.draft_len_schedule`` is written (default: as on the drafter's own path); the exported schedule uses the keys of
+    the path it lands on: lower bounds for the NGram drafter (``Drafter.get_draft_len_for_batch_size``),
+    upper bounds for one-model SA (``update_draft_len``), the same K per batch size up to
+    ``max_batch_size`` (default: the largest key)."""
     settings = _settings(spec)
     if spec.decoding_type == "NGram":
         out = {"decoding_type": "NGram", "max_draft_len": spec.max_draft_len,
@@ -154,8 +176,10 @@ def trtllm_speculative_config(spec: SpeculationConfig) -> dict:
         out = {"decoding_type": "SA", "max_draft_len": spec.max_draft_len, "max_matching_ngram_size": -1}
     schedule = spec.draft_len_schedule
     if schedule is None and spec.num_speculative_tokens_per_batch_size:
-        schedule = {end: k for _, end, k in spec.num_speculative_tokens_per_batch_size}
+        schedule, keys = {r[1]: r[-1] for r in spec.num_speculative_tokens_per_batch_size}, "upper_bound"
     if schedule is not None:
+        dst = "lower_bound" if out["decoding_type"] == "NGram" else "upper_bound"
+        schedule = convert_schedule(schedule, _own_keys(spec, keys), dst, _max_batch(schedule, max_batch_size))
         out["draft_len_schedule"] = {int(b): int(schedule[b]) for b in sorted(schedule)}
     if spec.max_concurrency is not None:
         out["max_concurrency"] = spec.max_concurrency
@@ -166,7 +190,8 @@ def trtllm_speculative_config(spec: SpeculationConfig) -> dict:
     return out
 
 
-def vllm_speculative_config(spec: SpeculationConfig) -> dict:
+def vllm_speculative_config(spec: SpeculationConfig, keys: Optional[str] = None,
+                            max_batch_size: Optional[int] = None) -> dict:
     """vLLM's ``--speculative-config`` for a setting (TensorRT-LLM drafters mapped to the closest one).
 
     A ``draft_len_schedule`` ``{upper bound: K}`` becomes inclusive ranges covering 1..largest key;
@@ -193,9 +218,11 @@ def vllm_speculative_config(spec: SpeculationConfig) -> dict:
                "prompt_lookup_min": 1, "prompt_lookup_max": n}
     ranges = spec.num_speculative_tokens_per_batch_size
     if ranges is None and spec.draft_len_schedule is not None:
-        ranges = schedule_to_ranges(spec.draft_len_schedule)
+        sched = spec.draft_len_schedule
+        ranges = schedule_to_ranges(convert_schedule(sched, _own_keys(spec, keys), "upper_bound",
+                                                     _max_batch(sched, max_batch_size)))
     if ranges is not None:
-        out["num_speculative_tokens_per_batch_size"] = [[int(s), int(e), int(k)] for s, e, k in ranges]
+        out["num_speculative_tokens_per_batch_size"] = [[int(x) for x in r] for r in ranges]
     validate_vllm_speculative_config(out)
     return out
 

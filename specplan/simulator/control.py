@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from specplan.config_rules import CTX_INFINITY
 
 
 def draft_len_for_batch_size(schedule: dict[int, int], batch_size: int, lookup: str = "upper_bound") -> int:
@@ -32,21 +34,61 @@ def draft_len_for_batch_size(schedule: dict[int, int], batch_size: int, lookup: 
     raise ValueError(f"unknown schedule lookup {lookup!r}")
 
 
-def vllm_schedule_table(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int) -> np.ndarray:
-    """vLLM's dense batch-size -> K table from inclusive ``(start, end, K)`` ranges.
+def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: int, max_draft_len: int,
+                     lookup: str = "upper_bound") -> int:
+    """TensorRT-LLM's post-schedule ``update_draft_len``: the runtime K of the scheduled batch.
 
-    Gaps inherit the previous K, sizes past the last range carry the last K, and K is clamped to
-    ``num_speculative_tokens``. Index the table with the number of scheduled requests.
+    ``speculative/utils.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
+    scheduled batch size (context rows included); without a schedule K is ``max_draft_len``.
     """
-    table = np.zeros(max_num_seqs + 1, dtype=np.int64)
-    current = 0
-    bounds = sorted((int(s), int(e), int(k)) for s, e, k in ranges)
-    for size in range(1, max_num_seqs + 1):
-        for start, end, k in bounds:
-            if start <= size <= end:
-                current = k
-        table[size] = min(current, num_speculative_tokens)
-    return table
+    if schedule is None:
+        return max_draft_len
+    return draft_len_for_batch_size(schedule, max(scheduled_batch_size, 1), lookup)
+
+
+
+
+def _entries5(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int, int]]:
+    """vLLM entries as ``(bs_lo, bs_hi, ctx_lo, ctx_hi, K)``; a 3-item entry covers every context."""
+    return [(int(r[0]), int(r[1]), 1, CTX_INFINITY, int(r[2])) if len(r) == 3 else tuple(int(x) for x in r)
+            for r in ranges]
+
+
+def vllm_dynamic_sd_lookup(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int):
+    """vLLM's dense ``(batch size, context bucket) -> K`` table and the context buckets' bounds.
+
+    ``build_dynamic_sd_schedule_lookup``: entries are sorted by batch range, gaps inherit the
+    previous K, sizes past the last range carry the last K, K is clamped to
+    ``num_speculative_tokens``, and the last context bucket extends to infinity. Index the table
+    with the number of scheduled requests and ``context_bucket``.
+    """
+    entries = _entries5(ranges)
+    buckets = sorted({(lo, hi) for _, _, lo, hi, _ in entries})
+    buckets[-1] = (buckets[-1][0], CTX_INFINITY)
+    col = {lo: i for i, (lo, _) in enumerate(buckets)}
+    table = np.zeros((max_num_seqs + 1, len(buckets)), dtype=np.int64)
+    for c in range(len(buckets)):
+        current = None
+        bands = sorted((b0, b1, k) for b0, b1, lo, _, k in entries if col[lo] == c)
+        for size in range(1, max_num_seqs + 1):
+            for start, end, k in bands:
+                if start <= size <= end:
+                    current = k
+            table[size, c] = min(current or 0, num_speculative_tokens)
+    return table, tuple(hi for _, hi in buckets)
+
+
+def context_bucket(bounds: Sequence[int], context_len: int) -> int:
+    """``DynamicSDLookup.bucket_of``: the first bucket whose upper bound holds ``context_len``."""
+    for i, hi in enumerate(bounds):
+        if context_len <= hi:
+            return i
+    return len(bounds) - 1
+
+
+def vllm_schedule_table(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int) -> np.ndarray:
+    """vLLM's dense batch-size -> K table for context-independent (3-item) ranges."""
+    return vllm_dynamic_sd_lookup(ranges, max_num_seqs, num_speculative_tokens)[0][:, 0]
 
 
 def should_use_spec_decode(
@@ -61,6 +103,51 @@ def should_use_spec_decode(
     if token_cap <= 0:
         return False
     return min(num_active, max_batch_size, token_cap) <= max_concurrency
+
+
+def setup_drafter(rules, lookup: Callable[[int], int], *, k_static: int, k_next: int, k_from: str,
+                  num_active: int, last_scheduled: int, max_batch_size: int, max_num_tokens: int,
+                  max_concurrency: Optional[int]) -> tuple[int, bool]:
+    """K before scheduling and whether the step speculates, on the path of ``rules``
+    (``_setup_drafter``; the caller has already ruled out no drafter and a latched gate).
+
+    Drafter path: K from the schedule on the active requests (or the last scheduled count with
+    ``k_from: scheduled``), off at K = 0 or when ``should_use_spec_decode`` says so. One-model path:
+    no drafter object, so placeholders at K_static and K after scheduling (``update_draft_len``).
+    vLLM: the K the verified drafts were proposed with after the last step.
+    """
+    if rules.k_timing == "next_step":
+        return k_next, k_next > 0
+    if rules.k_timing == "same_step" and k_from == "scheduled":
+        return k_static, True
+    k = lookup(last_scheduled if k_from == "scheduled" else num_active)
+    if k == 0:
+        return 0, False
+    if rules.batch_gate and not should_use_spec_decode(num_active, max_batch_size, max_num_tokens, k, max_concurrency):
+        return k, False
+    return k, True
+
+
+def prepare_draft_requests(rules, spec: bool, k: int, k_static: int, verify_width: str,
+                           disabled: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each active request's token charge and KV growth as a generation row (``_prepare_draft_requests``).
+
+    Drafter path: ``[0] * K`` placeholders unless the request is stamped
+    ``py_disable_speculative_decoding``; KV grows to the verified width (NGram pads to K_static and
+    ``_extend_kv_cache_for_padding`` covers it). One-model path: ``py_draft_pages_allocated = K_static``.
+    vLLM: the draft proposed after the last step is known, so a row costs 1 + that draft.
+    """
+    n = len(disabled)
+    if not spec:
+        ones = np.ones(n, dtype=np.int64)
+        return ones, ones
+    if rules.budget == "draft":
+        width = {"static": k_static, "runtime": k}.get(verify_width, pending)
+        return 1 + pending, np.where(pending > 0, 1 + width, 1)
+    if rules.budget == "static":
+        return np.full(n, 1 + k_static), np.full(n, 1 + k_static)
+    width = 1 + (k_static if verify_width == "static" else k)
+    return np.where(disabled, 1, 1 + k), np.full(n, width)
 
 
 class _LatchingWindow:
@@ -119,3 +206,21 @@ class LegacySpeculationGate(_LatchingWindow):
         if decoding_iterations <= 0:
             return False
         return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
+
+
+def gate_sample(denominator: str, accepted: np.ndarray, drafted: np.ndarray, verified: np.ndarray,
+                k: int, gen_rows: int) -> Optional[float]:
+    """One SpeculationGate sample for an iteration that speculated; None records nothing.
+
+    ``drafted`` (TRT drafter path, current ``_update_batch_acceptance_rate``): sum accepted over the
+    verified pre-padding draft lengths of the rows that drafted; no sample when nothing was drafted.
+    ``padded``: the older ``num_draft_tokens`` reading, the verified width with CUDA-graph zeros.
+    ``runtime`` (one-model path): K per generation row, so an iteration where nothing matched
+    still records a 0 sample.
+    """
+    if denominator == "runtime":
+        total = k * gen_rows
+        return int(accepted.sum()) / total if total > 0 else None
+    sum_d = int(drafted.sum())
+    denom = sum_d if denominator == "drafted" else int(verified.sum())
+    return int(accepted.sum()) / denom if sum_d > 0 and denom > 0 else None

@@ -16,6 +16,8 @@ from specplan.atomic import atomic_write
 from specplan.config import SimConfig
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.paths import VLLM, path_for
+from specplan.simulator.prefix_cache import PrefixCache
 from specplan.simulator.presets import resolve_speculation
 from specplan.acceptance import build_oracle
 
@@ -23,6 +25,10 @@ from specplan.acceptance import build_oracle
 # (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
 DEFAULT_VERIFY_WIDTH = {"NGram": "static", "SA": "runtime", "vllm_ngram": "draft", "suffix": "draft", "pld": "draft",
                         "MTP": "runtime", "Eagle3": "runtime"}
+
+# vLLM runs dynamic SD with piecewise instead of full CUDA graphs: about 14% slower single-stream
+# decoding (vllm-project/vllm#49548), applied as a step-time factor 1 / (1 - 0.14).
+PIECEWISE_GRAPH_SLOWDOWN = 0.14
 
 
 @dataclass
@@ -65,6 +71,10 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
     speculate = sp.decoding_type != "none" and (
         sp.max_draft_len > 0 or sp.draft_len_schedule is not None or sp.num_speculative_tokens_per_batch_size is not None
     )
+    rules = path_for(e.engine, sp.decoding_type)
+    dynamic_sd = rules.name == VLLM and speculate and sp.num_speculative_tokens_per_batch_size is not None
+    slowdown = cfg.cost.piecewise_cuda_graph_slowdown
+    slowdown = (PIECEWISE_GRAPH_SLOWDOWN if slowdown is None else slowdown) if dynamic_sd and cfg.cost.cuda_graph_padding else 0.0
     return EngineSettings(
         max_batch_size=e.max_batch_size,
         max_num_tokens=e.max_num_tokens,
@@ -72,24 +82,27 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         kv_block_size=e.kv_block_size,
         kv_num_blocks=kv_num_blocks,
         policy=e.capacity_scheduler_policy,
-        chunked_prefill=e.enable_chunked_prefill,
+        chunked_prefill=e.enable_chunked_prefill or rules.name == VLLM,  # always on in vLLM V1
         overlap_scheduler=e.overlap_scheduler,
         speculate=speculate,
         max_draft_len=sp.max_draft_len,
         draft_len_schedule=dict(sp.draft_len_schedule) if sp.draft_len_schedule else None,
         vllm_ranges=tuple(tuple(r) for r in sp.num_speculative_tokens_per_batch_size)
         if sp.num_speculative_tokens_per_batch_size else None,
-        schedule_lookup=sp.schedule_lookup,
-        k_from=sp.k_from or "active",
+        schedule_lookup=sp.schedule_lookup or ("upper_bound" if rules.name == VLLM else rules.schedule_lookup),
+        k_from=sp.k_from or rules.k_from,
         max_concurrency=sp.max_concurrency,
         verify_width=sp.verify_width or DEFAULT_VERIFY_WIDTH.get(sp.decoding_type, "draft"),
         gate_window=sp.acceptance_rate_window_size,
         gate_threshold=sp.acceptance_rate_threshold,
-        gate_denominator=sp.gate_denominator,
+        gate_denominator=sp.gate_denominator or rules.gate_denominator,
         legacy_gate_window=sp.acceptance_window,
         legacy_gate_threshold=sp.acceptance_length_threshold,
         drafter=sp.decoding_type,
         sa_enhancer=sp.sa_config is not None,
+        path=rules.name,
+        max_model_len=e.max_model_len,
+        piecewise_graph_slowdown=slowdown,
     )
 
 
@@ -152,19 +165,27 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
-    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
+    caching = cfg.engine.enable_prefix_caching
+    if caching is None:
+        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
+    prefix_cache = PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches, prefix_cache)
     if observe is not None:  # e.g. a progress bar reading the executor's counters from another thread
         observe(ex)
-    ex.run()
-    req = metrics.request_table(ex, requests)
-    its = metrics.iteration_table(ex)
-    em = metrics.emission_table(ex)
-    summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    trace = ex.run()
+    req = metrics.request_table(trace, requests)
+    its = metrics.iteration_table(trace)
+    em = metrics.emission_table(trace)
+    summary = metrics.summarize(trace, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
+    if prefix_cache is not None:
+        summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
+    samples = trace.gate_samples
+    summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
     return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
-                     metrics.batch_table(ex) if record_batches else None)
+                     metrics.batch_table(trace) if record_batches else None)
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:

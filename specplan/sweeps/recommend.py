@@ -3,13 +3,16 @@
 The search, for a scenario (config) and SLOs:
 
 1. **Bands.** Batch sizes 1..max_batch_size are cut into bands at upper edges (default: powers of
-   two, then max_batch_size), the keys a ``draft_len_schedule`` can use.
+   two, then max_batch_size). A schedule is written in the path's own keys
+   (``specplan.simulator.paths``): band starts where keys are lower bounds (TensorRT-LLM's drafter
+   path, ``Drafter.get_draft_len_for_batch_size``), band ends where they are upper bounds (the
+   one-model path's ``update_draft_len``, and vLLM's ranges).
 2. **Per-band probes.** The engines require the smallest schedule key to map to ``max_draft_len``,
    and the NGram verifier pads every row to ``1 + max_draft_len``, so the value of K in one band
    depends on the cap. For every cap ``C`` in 1..k_max and every band, closed-loop simulations run
    at the band's smallest and largest batch size (that many clients, no think time) for each
    K in 0..C, written exactly as the exported schedule would run them (``max_draft_len = C``,
-   schedule ``{1: C, B: K}``); the band takes the K with the most goodput under the SLOs summed over
+   schedule ``{1: C, B: K}`` with upper-bound keys, ``{1: C, 2: K}`` with lower-bound keys); the band takes the K with the most goodput under the SLOs summed over
    its probes (throughput breaks ties, then the smaller K). The first band is fixed at ``C``.
 3. **Assembled schedules.** Each cap gives one schedule (adjacent equal bands merged, bands up to
    max_batch_size, so TensorRT-LLM's implicit 0 and vLLM's carried K agree).
@@ -19,8 +22,9 @@ The search, for a scenario (config) and SLOs:
    speculation and against the best fixed K.
 5. **Gate** (TensorRT-LLM). The recommended setting runs under i.i.d. acceptance alpha = 0, 0.1,
    .., 0.9 at the same rates; the break-even alpha is the lowest at which it still has at least
-   the goodput of no speculation, and ``acceptance_rate_threshold`` is the acceptance rate
-   (accepted / drafted, what the SpeculationGate samples) measured there. When speculation never
+   the goodput of no speculation, and ``acceptance_rate_threshold`` is the mean SpeculationGate
+   sample measured there, counted as the path counts it (``gate_sample_mean``: accepted over the
+   pre-padding draft length on the drafter path, over K per generation row on the one-model path). When speculation never
    loses on that grid no gate is recommended.
 
 All runs go through a runner (local pool or Ray) into a record store, so an interrupted
@@ -36,6 +40,7 @@ from pydantic import ValidationError
 
 from specplan.config import AcceptanceConfig, SimConfig, SpeculationConfig, build_config, format_validation_error
 from specplan.errors import ConfigError
+from specplan.simulator.paths import path_for
 from specplan.simulator.run import resolve
 from specplan.sweeps.records import RecordStore, config_key
 from specplan.sweeps.runners import Runner, execute
@@ -84,13 +89,24 @@ def bands_from_edges(edges: Sequence[int], max_batch_size: int) -> list[Band]:
     return out
 
 
-def merge_schedule(bands: Sequence[Band], ks: Sequence[int]) -> dict[int, int]:
-    """``{upper edge: K}`` with adjacent bands of equal K merged."""
+def schedule_keys(cfg: SimConfig) -> str:
+    """How the scenario's engine path reads ``draft_len_schedule`` keys: ``lower_bound`` or ``upper_bound``."""
+    sp = cfg.speculation
+    if cfg.engine.engine == "vllm":
+        return "upper_bound"  # converted to inclusive ranges ending at each key
+    return sp.schedule_lookup or path_for("trtllm", sp.decoding_type).schedule_lookup
+
+
+def merge_schedule(bands: Sequence[Band], ks: Sequence[int], keys: str = "upper_bound") -> dict[int, int]:
+    """The schedule with adjacent bands of equal K merged: ``{upper edge: K}``, or ``{lower edge: K}``
+    when the path reads keys as lower bounds."""
     sched: dict[int, int] = {}
     for i, (band, k) in enumerate(zip(bands, ks)):
-        if i + 1 < len(bands) and ks[i + 1] == k:
-            continue
-        sched[band.hi] = k
+        if keys == "lower_bound":
+            if i == 0 or ks[i - 1] != k:
+                sched[band.lo] = k
+        elif i + 1 == len(bands) or ks[i + 1] != k:
+            sched[band.hi] = k
     return sched
 
 
@@ -122,6 +138,7 @@ class Recommendation:
     gate: Optional[tuple[int, float]] = None  # (window, threshold)
     gate_note: str = ""
     gated_results: list[dict] = field(default_factory=list)
+    keys: str = "upper_bound"  # how the schedules' keys read (schedule_keys)
 
     def goodput(self, name: str) -> float:
         return sum(s["goodput_tok_s"] for s in self.results[name])
@@ -164,7 +181,9 @@ def speculation(base: SpeculationConfig, cap: int, schedule: Optional[dict[int, 
 
 def probe_config(cfg: SimConfig, base: SpeculationConfig, batch: int, cap: int, k: int, per_client: int) -> SimConfig:
     """Closed loop at ``batch`` clients with K = ``k`` under cap ``cap`` (see the module docstring)."""
-    schedule = {1: cap, batch: k} if batch > 1 and k != cap else None
+    # K = k at every request count from 2 up to the batch, however the path reads the keys.
+    keys = schedule_keys(cfg)
+    schedule = {1: cap, (2 if keys == "lower_bound" else batch): k} if batch > 1 and k != cap else None
     workload = cfg.workload.model_copy(update={"arrival": "closed_loop", "concurrency": batch, "think_time_s": 0.0,
                                                "num_requests": per_client * batch})
     return _with(cfg, speculation=speculation(base, cap, schedule), workload=workload)
@@ -226,7 +245,7 @@ def recommend(cfg: SimConfig, runner: Runner, store: RecordStore, *, slo_tpot_s:
     fixed = [Candidate(f"fixed K={k}", speculation(base, k)) for k in caps]
     scheduled = []
     for cap in caps:
-        sched = merge_schedule(bands, band_k[cap])
+        sched = merge_schedule(bands, band_k[cap], schedule_keys(cfg))
         if len(sched) > 1:
             scheduled.append(Candidate(f"schedule cap {cap}", speculation(base, cap, sched)))
     candidates = [none, *fixed, *scheduled]
@@ -242,7 +261,7 @@ def recommend(cfg: SimConfig, runner: Runner, store: RecordStore, *, slo_tpot_s:
     best = max(candidates, key=lambda c: score(c.name))
     best_fixed = max(fixed, key=lambda c: score(c.name))
     rec = Recommendation(bands, band_k, band_goodput, [s for s, _ in scenarios], candidates, results,
-                         best, best_fixed, none)
+                         best, best_fixed, none, keys=schedule_keys(cfg))
     if not rec.speculates:
         rec.gate_note = "speculation does not pay here, so no gate"
     elif cfg.engine.engine != "trtllm":
@@ -266,10 +285,10 @@ def _choose_gate(rec: Recommendation, cfg: SimConfig, scenarios, runner: Runner,
             if a == GATE_ALPHAS[0]:
                 rec.gate_note = "speculation keeps at least the baseline goodput even at zero acceptance: no gate needed"
                 return
-            measured = [s["acceptance_rate"] for s in summaries if s["acceptance_rate"] is not None]
+            measured = [s["gate_sample_mean"] for s in summaries if s.get("gate_sample_mean") is not None]
             threshold = round(sum(measured) / len(measured), 3)
             rec.gate = (window, threshold)
-            rec.gate_note = (f"break-even at i.i.d. acceptance alpha = {a:g} (measured acceptance rate "
+            rec.gate_note = (f"break-even at i.i.d. acceptance alpha = {a:g} (measured gate sample mean "
                              f"{threshold:g}); below it speculation loses goodput")
             break
     else:

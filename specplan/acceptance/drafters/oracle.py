@@ -32,14 +32,15 @@ def build_drafter(settings: DrafterSettings, requests: Sequence, max_batch_size:
 
 
 def make_drafter_oracle(spec, requests: Sequence, max_batch_size: int,
-                        cache: Optional[PrecomputeCache] = None) -> DrafterOracle:
+                        cache: Optional[PrecomputeCache] = None, max_model_len: Optional[int] = None) -> DrafterOracle:
     """Acceptance oracle replaying the configured model-free drafter over the requests' real tokens.
 
     ``spec`` is a resolved ``SpeculationConfig`` (``decoding_type`` NGram, SA, vllm_ngram, suffix or
     pld) or a ``DrafterSettings``. Row ``rid`` of every call indexes ``requests``. Per-request
     drafters answer from precomputed tables (cached by content hash in ``cache``, the process-wide
     in-memory cache by default); the public NGram pool, the SA global pool and suffix trees evolve
-    online in the order of ``draft`` rows and ``on_commit`` / ``on_finish`` calls.
+    online in the order of ``draft`` rows and ``on_commit`` / ``on_finish`` calls. ``max_model_len`` is the
+    engine's (vLLM's suffix drafts are bounded by it inside the proposer).
     """
-    settings = spec if isinstance(spec, DrafterSettings) else DrafterSettings.from_spec(spec)
+    settings = spec if isinstance(spec, DrafterSettings) else DrafterSettings.from_spec(spec, max_model_len)
     return build_drafter(settings, requests, max_batch_size, cache)
