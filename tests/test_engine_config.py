@@ -121,7 +121,7 @@ def test_same_engine_files_carry_the_simulated_setting():
     # vLLM: the schedule {4: 4, 16: 2} as inclusive ranges [1, 4] -> 4, [5, 16] -> 2
     got = import_engine_config_from(export.vllm_speculative_config(vngram), "vllm")
     assert got == vngram.model_copy(update={"draft_len_schedule": None,
-                                            "num_speculative_tokens_per_batch_size": [(1, 4, 4), (5, 16, 2)]})
+                                            "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 16, 2]]})
 
 
 def import_engine_config_from(cfg, engine, tmp=None):
