@@ -110,7 +110,9 @@ class Executor:
 
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
                  cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False,
-                 prefix_cache=None) -> None:
+                 prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None) -> None:
+        # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
+        # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -137,8 +139,8 @@ class Executor:
             if settings.vllm_ranges is not None else None
         )
         self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64))
-        self.env = simpy.Environment()
-        self.frontend = Frontend(self.env, workload, self._enqueue)
+        self.env = env if env is not None else simpy.Environment()
+        self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # arrived, not yet active (FIFO)
         self.active: list[int] = []  # admission order
         self.done = 0
@@ -179,7 +181,8 @@ class Executor:
             )
 
     # ----------------------------------------------------------------- requests in and out
-    def _enqueue(self, rid: int) -> None:
+    def submit(self, rid: int) -> None:
+        """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
         self.waiting.append(rid)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -440,10 +443,18 @@ class Executor:
             if self.max_sim_time is not None and self.env.now >= self.max_sim_time:
                 return
 
+    def start(self) -> None:
+        """Start the executor loop in the environment (the frontend is started by its owner)."""
+        self.env.process(self.run_loop())
+
+    def collect(self) -> Trace:
+        """The recorded trace, once the environment has run."""
+        self.trace.preemptions = self.scheduler.preemptions
+        return self.trace
+
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""
         self.frontend.start()
-        self.env.process(self.run_loop())
+        self.start()
         self.env.run()
-        self.trace.preemptions = self.scheduler.preemptions
-        return self.trace
+        return self.collect()

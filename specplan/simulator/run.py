@@ -194,6 +194,10 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     ``record_batches`` the result's ``batches`` table holds every step's rows (request, query
     tokens, resident context, prefill flag), for replaying the schedule on a device.
     """
+    if cfg.cluster.replicas > 1:
+        from specplan.simulator.fleet import simulate_fleet
+
+        return simulate_fleet(cfg, cost, requests, drafter_cache)
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
