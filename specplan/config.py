@@ -198,11 +198,13 @@ class ClusterConfig(_Section):
     router: Router = "round_robin"
     tp: Optional[list[int]] = Field(None, description="per-replica tensor parallelism; None = cost.tp for every replica")
 
-    @model_validator(mode="after")
-    def _per_replica(self) -> "ClusterConfig":
-        if self.tp is not None and (len(self.tp) != self.replicas or min(self.tp) < 1):
-            raise ValueError(f"tp needs one degree >= 1 per replica ({self.replicas}), got {self.tp}")
-        return self
+    @field_validator("tp")
+    @classmethod
+    def _per_replica(cls, v, info):
+        replicas = info.data.get("replicas", 1)
+        if v is not None and (len(v) != replicas or min(v) < 1):
+            raise ValueError(f"give one degree >= 1 per replica ({replicas}), got {v}")
+        return v
 
 
 class SimConfig(_Section):
