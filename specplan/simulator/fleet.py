@@ -142,10 +142,10 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     summary["seed"] = cfg.seed
     summary.update({f"drafter_{k}": v for k, v in _drafter_metrics(fleet).items()})
     per_replica = []
-    for i, ex in enumerate(fleet.replicas):
+    for i, (ex, rcfg) in enumerate(zip(fleet.replicas, replica_configs(cfg))):
         mine = req[fleet.assigned == i]
         per_replica.append(metrics.summarize(ex, mine, its[i], ems[i], cfg.slo_ttft_s, cfg.slo_tpot_s)
-                           | {"requests": int(len(mine)), "tp": replica_configs(cfg)[i].cost.tp})
+                           | {"requests": int(len(mine)), "tp": rcfg.cost.tp})
     req.insert(0, "replica", fleet.assigned)
     iterations.insert(0, "replica", iterations.pop("replica"))
     description = {"cost": fleet.replicas[0].cost.describe(),
