@@ -68,18 +68,19 @@ class Search:
         """The N to evaluate next, or None when the search is over."""
         if self.max_replicas not in self.met:
             return self.max_replicas
-        if not self.met[self.max_replicas]:
-            return None  # not even the largest fleet meets the SLO
         if self.hi is None:
-            self.hi = self.max_replicas
+            return None  # not even the largest fleet meets the SLO
         if self.hi - self.lo > 1:
             return (self.lo + self.hi) // 2
         above = self.hi + 1  # the monotonicity check one past the answer
         return above if above <= self.max_replicas and above not in self.met else None
 
     def record(self, n: int, ok: bool) -> None:
+        """Whether a fleet of ``n`` replicas met the SLO; narrows the bracket ``(lo, hi]``."""
         self.met[n] = ok
-        if self.hi is not None and self.lo < n < self.hi:
+        if n == self.max_replicas and ok and self.hi is None:
+            self.hi = n  # the bracket opens once the largest fleet is known to meet the SLO
+        elif self.hi is not None and self.lo < n < self.hi:
             if ok:
                 self.hi = n
             else:
