@@ -204,6 +204,7 @@ class Executor:
                     self._trip(iteration)
         st.finish[rids] = self.env.now
         self.kv.release(rids)
+        st.reserved_total -= int(st.reserved[rids].sum())
         st.reserved[rids] = 0
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
