@@ -88,7 +88,8 @@ class SpeculationConfig(_Section):
         None, description="None = the path's rule: TRT drafter bisect_right (lower bounds), one-model bisect_left"
     )
     k_from: Optional[Literal["active", "scheduled"]] = Field(
-        None, description="None = the engine's rule: TRT len(active_requests), vLLM the previous step's scheduled count"
+        None, description="None = the path's rule: TRT drafter len(active_requests), TRT one-model the scheduled "
+        "batch (update_draft_len), vLLM this step's scheduled count for the next step's drafts"
     )
     max_concurrency: Optional[int] = Field(None, ge=1)
     verify_width: Optional[Literal["static", "runtime", "draft"]] = Field(

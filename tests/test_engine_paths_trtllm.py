@@ -63,6 +63,19 @@ def test_one_model_budgets_k_static_placeholders(make_config):
     assert (decode["batch_rows"] == 2).all() and (decode["k"] == 1).all() and (decode["verified_tokens"] == 4).all()
 
 
+def test_one_model_k_zero_step_still_charges_placeholders(make_config):
+    # {2: 3}, K_static 3, four clients, max_num_tokens 15: each generation row is charged 1 + 3 = 4,
+    # so three fit (12 <= 15 < 16); update_draft_len(3) is 0 past the largest key, so the step drafts
+    # nothing and each row computes 1 token: 3 verified tokens, while the fourth request waits.
+    res = simulate(make_config(engine={"engine": "trtllm", "max_batch_size": 8, "max_num_tokens": 15},
+                               speculation={"decoding_type": "SA", "max_draft_len": 3, "draft_len_schedule": {2: 3}},
+                               workload={"concurrency": 4, "num_requests": 4, "output_len": 30}))
+    it = res.iterations
+    decode = it[(it["num_active"] == 4) & (it["gen_rows"] == it["batch_rows"])]
+    assert len(decode) > 10
+    assert (decode["batch_rows"] == 3).all() and (decode["k"] == 0).all() and (decode["verified_tokens"] == 3).all()
+
+
 def _rolling_trip(it, window: int, threshold: float):
     """The first iteration whose last ``window`` samples average below ``threshold``: one sample per
     speculating iteration with generation rows, accepted / (K x generation rows), zeros included."""
@@ -135,7 +148,7 @@ def test_stamped_requests_keep_a_one_token_budget():
     names = ("iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
              "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens")
     it = {n: np.array([row[i] for row in ex.trace.iterations]) for i, n in enumerate(names)}
-    first_a = ex.finish[0]
+    first_a = ex.trace.finish[0]
     phase1 = (it["start_s"] < first_a - 1e-9) & (it["prefill_tokens"] == 0)
     assert phase1.sum() == 9 and (it["batch_rows"][phase1] == 1).all() and it["spec_on"][phase1].all()
     alone = it["num_active"] == 1
@@ -144,3 +157,58 @@ def test_stamped_requests_keep_a_one_token_budget():
     assert both.sum() == 9  # C's 9 decode steps after its prefill
     assert (it["batch_rows"][both] == 2).all() and (it["verified_tokens"][both] == 10).all()
     assert (it["drafted"][both] == 8).all()
+
+
+def _ngram_specbench():
+    from specplan.config import build_config
+
+    return simulate(build_config({
+        "engine": {"engine": "trtllm", "max_batch_size": 8, "kv_num_blocks": 100000},
+        "speculation": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 2},
+        "acceptance": {"mode": "drafter"},
+        "workload": {"trace": "specbench", "arrival": "closed_loop", "concurrency": 2, "num_requests": 12},
+        "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.0}}))
+
+
+def test_gate_sample_mean_is_counted_as_the_path_counts():
+    # recommend sets the gate threshold from this mean; recompute it from the iterations table.
+    it = (sa := _sa_gate(0.0)).iterations  # threshold 0: never trips
+    s = it[it["spec_on"] & (it["gen_rows"] > 0)]
+    assert sa.summary["gate_sample_mean"] == pytest.approx((s["accepted"] / (s["k"] * s["gen_rows"])).mean(), rel=1e-12)
+    it = (ngram := _ngram_specbench()).iterations
+    s = it[it["spec_on"] & (it["drafted"] > 0)]
+    assert ngram.summary["gate_sample_mean"] == pytest.approx((s["accepted"] / s["drafted"]).mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("denominator", ["drafted", "padded"])
+def test_ngram_gate_denominators(denominator):
+    # drafted (current engine): accepted / pre-padding draft lengths; padded (the older
+    # num_draft_tokens reading): accepted / (K_static x drafting rows). Both only sample iterations
+    # that drafted something. Window 50, threshold 0.3, recomputed from the iterations table.
+    from specplan.config import build_config
+
+    res = simulate(build_config({
+        "engine": {"engine": "trtllm", "max_batch_size": 8, "kv_num_blocks": 100000},
+        "speculation": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 2,
+                        "acceptance_rate_window_size": 50, "acceptance_rate_threshold": 0.3,
+                        "gate_denominator": denominator},
+        "acceptance": {"mode": "drafter"},
+        "workload": {"trace": "specbench", "arrival": "closed_loop", "concurrency": 1, "num_requests": 12},
+        "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.0}}))
+    it = res.iterations
+    s = it[it["spec_on"] & (it["drafted"] > 0)]
+    x = (s["accepted"] / (s["drafted"] if denominator == "drafted" else 4 * s["gen_rows"])).to_numpy()
+    trip = next((int(s["iteration"].iloc[i]) for i in range(49, len(x)) if x[i - 49:i + 1].mean() < 0.3), None)
+    assert trip is not None and res.summary["gate_tripped_iteration"] == trip
+
+
+def test_one_model_max_concurrency_is_a_schedule_on_the_scheduled_batch(make_config):
+    # SA has no drafter object: max_concurrency 2 becomes draft_len_schedule {2: 4}, looked up with
+    # update_draft_len on the scheduled batch: K = 4 with at most 2 rows scheduled, 0 with 3 or more.
+    res = simulate(make_config(engine={"engine": "trtllm", "max_batch_size": 8},
+                               speculation={"decoding_type": "SA", "max_draft_len": 4, "max_concurrency": 2},
+                               workload={"concurrency": 3, "num_requests": 5, "output_len": 40}))
+    assert res.config.speculation.draft_len_schedule == {2: 4} and res.config.speculation.max_concurrency is None
+    it = res.iterations
+    assert (it["k"] == np.where(it["batch_rows"] <= 2, 4, 0)).all()
+    assert set(it["batch_rows"]) >= {2, 3} and set(it["k"]) == {0, 4}  # three requests, then two

@@ -133,3 +133,35 @@ def test_dynamic_sd_pays_piecewise_cuda_graphs(make_config):
                                cost={"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.0,
                                      "piecewise_cuda_graph_slowdown": 0.0}, **common))
     np.testing.assert_allclose(off.iterations["step_s"], a["step_s"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("prompt_len,second_prefill", [(70, 70 - 64), (64, 1)])
+def test_prefix_caching_skips_cached_prompt_blocks(prompt_len, second_prefill):
+    # Block size 16, two requests with the same prompt, one client. The first prefills everything and
+    # caches its 4 full blocks (64 tokens); the second starts with them computed: 70 - 64 = 6 tokens
+    # left, or for a 64-token prompt 63 (the last prompt token is always recomputed): 1 left.
+    from specplan.simulator.prefix_cache import PrefixCache
+    from specplan.workloads.request import Request
+
+    prompt = np.arange(prompt_len)
+    reqs = [Request(id=str(i), prompt_ids=prompt, output_ids=np.arange(5) + 1000) for i in range(2)]
+    plen, olen = np.array([prompt_len] * 2), np.array([5, 5])
+    settings = EngineSettings(8, 8192, 8, 16, 10000, "GUARANTEED_NO_EVICT", True, False, False, 0, path=VLLM)
+    wl = Workload(plen, olen, None, np.array([-1, -1]), concurrency=1)
+    cache = PrefixCache(reqs, 16)
+    ex = Executor(settings, wl, _Fixed(plen, olen, [0, 0], False), _FixedCost(), prefix_cache=cache)
+    ex.run()
+    prefill = [row[ITERATION_FIELDS.index("prefill_tokens")] for row in ex.trace.iterations]
+    assert [p for p in prefill if p] == [prompt_len, second_prefill]
+    assert cache.hit_tokens == prompt_len - second_prefill
+
+
+def test_prefix_caching_is_vllm_default(make_config):
+    # Spec-Bench's prompts share their chat-template prefix: later requests hit it.
+    common = dict(workload={"trace": "specbench", "concurrency": 1, "num_requests": 10},
+                  speculation={"decoding_type": "none"})
+    on = simulate(make_config(engine={"engine": "vllm"}, **common))
+    off = simulate(make_config(engine={"engine": "vllm", "enable_prefix_caching": False}, **common))
+    assert on.summary["prefix_cache_hit_tokens"] > 0 and "prefix_cache_hit_tokens" not in off.summary
+    saved = int(off.iterations["prefill_tokens"].sum()) - int(on.iterations["prefill_tokens"].sum())
+    assert saved == on.summary["prefix_cache_hit_tokens"]

@@ -11,6 +11,7 @@ from specplan.cost_models.base import CostModel
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.oracles import alpha_oracle
+from specplan.simulator.paths import PATHS, VLLM
 from specplan.simulator.run import baseline_config, simulate
 
 
@@ -88,7 +89,13 @@ def scenarios(draw):
     min_tokens = (1 + k) if chunked else max(int((plen + olen).max()), 1 + k)
     block = draw(st.sampled_from([1, 4, 16]))
     need = int(np.max(-(-(plen + olen + k) // block)))
+    # Each engine path with its own rules (TRT drafter, TRT one-model, vLLM).
+    path = draw(st.sampled_from(list(PATHS)))
+    rules = {"k_from": PATHS[path].k_from, "path": path, "gate_denominator": PATHS[path].gate_denominator}
+    if path != VLLM:
+        rules["schedule_lookup"] = PATHS[path].schedule_lookup
     settings = EngineSettings(
+        **rules,
         max_batch_size=draw(st.integers(1, 6)),
         max_num_tokens=draw(st.integers(min_tokens, min_tokens + 64)),
         max_num_active_requests=draw(st.integers(1, 8)),
@@ -99,7 +106,7 @@ def scenarios(draw):
         overlap_scheduler=draw(st.booleans()),
         speculate=k > 0,
         max_draft_len=k,
-        draft_len_schedule=draw(st.sampled_from([None, {2: k, 5: k // 2}])) if k else None,
+        draft_len_schedule=draw(st.sampled_from([None, {2: k, 5: k // 2}])) if k and path != VLLM else None,
         verify_width=draw(st.sampled_from(["static", "runtime", "draft"])),
     )
     closed = draw(st.booleans())
@@ -113,13 +120,13 @@ def test_invariants_under_random_configs(scenario):
     settings, wl, alpha, seed = scenario
     ex = Executor(settings, wl, alpha_oracle(alpha, wl.prompt_lens, wl.output_lens, seed, max_k=8), _Affine())
     ex.run()  # KVBlockPool raises if blocks ever exceed capacity or go negative
-    req = metrics.request_table(ex)
-    it = metrics.iteration_table(ex)
+    req = metrics.request_table(ex.trace)
+    it = metrics.iteration_table(ex.trace)
     # Every request completes with exactly its output length.
-    assert (ex.generated == wl.output_lens).all() and req["finish_s"].notna().all()
+    assert (ex.trace.generated == wl.output_lens).all() and req["finish_s"].notna().all()
     # Committed tokens = accepted + one per verify row + one per completed prefill (oracles respect
     # TensorRT-LLM's truncation, so the output end never cuts a step here).
-    em = metrics.emission_table(ex)
+    em = metrics.emission_table(ex.trace)
     assert em["tokens"].sum() == wl.output_lens.sum()
     assert (it["committed"] == it["accepted"] + it["gen_rows"] + it["prefill_done"]).all()
     assert it["prefill_done"].sum() >= wl.output_lens.size
@@ -155,6 +162,6 @@ def test_prefill_draft_of_hf_prompt_lookup(make_config):
     wl = Workload(np.array([8]), np.array([6]), None, np.array([-1]), concurrency=1)
     ex = Executor(settings, wl, oracle, _Affine())
     ex.run()
-    it = metrics.iteration_table(ex)
+    it = metrics.iteration_table(ex.trace)
     assert it.loc[0, "prefill_tokens"] == 8 and it.loc[0, "committed"] == 5 and it.loc[0, "accepted"] == 4
-    assert ex.generated[0] == 6
+    assert ex.trace.generated[0] == 6

@@ -79,15 +79,21 @@ def _bytes(result):
             json.dumps(result.summary, sort_keys=True))
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_kv"])
-def test_one_replica_fleet_is_byte_identical_to_the_single_run(router):
+VLLM = {"engine": {"engine": "vllm", "max_batch_size": 16, "kv_num_blocks": 40000},
+        "speculation": {"decoding_type": "vllm_ngram", "max_draft_len": 3}}  # prefix caching on by default
+
+
+@pytest.mark.parametrize("router, engine", [("round_robin", None), ("least_kv", None), ("round_robin", VLLM)])
+def test_one_replica_fleet_is_byte_identical_to_the_single_run(router, engine):
     """The fleet machinery (shared env, frontend routing into ``submit``) with one replica gives the
     single-replica run's tables and summary, byte for byte, for the same seed."""
     cfg = scenario(router=router)
+    if engine is not None:
+        cfg = build_config({**cfg.model_dump(mode="json"), **engine})
     single = simulate(cfg)
     assert single.requests.columns[0] != "replica"  # replicas: 1 runs the single-replica path itself
     assert _bytes(simulate_fleet(cfg)) == _bytes(single)
-    assert _bytes(simulate(scenario(router="least_kv"))) == _bytes(single)
+    assert _bytes(simulate(cfg.model_copy(update={"cluster": scenario(router="least_kv").cluster}))) == _bytes(single)
 
 
 # ----------------------------------------------------------------------------- round robin splits

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: i
                      lookup: str = "upper_bound") -> int:
     """TensorRT-LLM's post-schedule ``update_draft_len``: the runtime K of the scheduled batch.
 
-    ``model_engine.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
+    ``speculative/utils.update_draft_len`` looks K up with ``utils.get_draft_len_for_batch_size`` on the
     scheduled batch size (context rows included); without a schedule K is ``max_draft_len``.
     """
     if schedule is None:
@@ -44,13 +44,13 @@ def update_draft_len(schedule: Optional[dict[int, int]], scheduled_batch_size: i
     return draft_len_for_batch_size(schedule, max(scheduled_batch_size, 1), lookup)
 
 
+CTX_INFINITY = 2**31 - 1  # vLLM's _CTX_INFINITY: the last context bucket has no upper end
+
+
 def _entries5(ranges: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int, int]]:
     """vLLM entries as ``(bs_lo, bs_hi, ctx_lo, ctx_hi, K)``; a 3-item entry covers every context."""
     return [(int(r[0]), int(r[1]), 1, CTX_INFINITY, int(r[2])) if len(r) == 3 else tuple(int(x) for x in r)
             for r in ranges]
-
-
-CTX_INFINITY = 2**31 - 1
 
 
 def vllm_dynamic_sd_lookup(ranges: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int):
@@ -102,6 +102,51 @@ def should_use_spec_decode(
     if token_cap <= 0:
         return False
     return min(num_active, max_batch_size, token_cap) <= max_concurrency
+
+
+def setup_drafter(rules, lookup: Callable[[int], int], *, k_static: int, k_next: int, k_from: str,
+                  num_active: int, last_scheduled: int, max_batch_size: int, max_num_tokens: int,
+                  max_concurrency: Optional[int]) -> tuple[int, bool]:
+    """K before scheduling and whether the step speculates, on the path of ``rules``
+    (``_setup_drafter``; the caller has already ruled out no drafter and a latched gate).
+
+    Drafter path: K from the schedule on the active requests (or the last scheduled count with
+    ``k_from: scheduled``), off at K = 0 or when ``should_use_spec_decode`` says so. One-model path:
+    no drafter object, so placeholders at K_static and K after scheduling (``update_draft_len``).
+    vLLM: the K the verified drafts were proposed with after the last step.
+    """
+    if rules.k_timing == "next_step":
+        return k_next, k_next > 0
+    if rules.k_timing == "same_step" and k_from == "scheduled":
+        return k_static, True
+    k = lookup(last_scheduled if k_from == "scheduled" else num_active)
+    if k == 0:
+        return 0, False
+    if rules.batch_gate and not should_use_spec_decode(num_active, max_batch_size, max_num_tokens, k, max_concurrency):
+        return k, False
+    return k, True
+
+
+def prepare_draft_requests(rules, spec: bool, k: int, k_static: int, verify_width: str,
+                           disabled: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each active request's token charge and KV growth as a generation row (``_prepare_draft_requests``).
+
+    Drafter path: ``[0] * K`` placeholders unless the request is stamped
+    ``py_disable_speculative_decoding``; KV grows to the verified width (NGram pads to K_static and
+    ``_extend_kv_cache_for_padding`` covers it). One-model path: ``py_draft_pages_allocated = K_static``.
+    vLLM: the draft proposed after the last step is known, so a row costs 1 + that draft.
+    """
+    n = len(disabled)
+    if not spec:
+        ones = np.ones(n, dtype=np.int64)
+        return ones, ones
+    if rules.budget == "draft":
+        width = {"static": k_static, "runtime": k}.get(verify_width, pending)
+        return 1 + pending, np.where(pending > 0, 1 + width, 1)
+    if rules.budget == "static":
+        return np.full(n, 1 + k_static), np.full(n, 1 + k_static)
+    width = 1 + (k_static if verify_width == "static" else k)
+    return np.where(disabled, 1, 1 + k), np.full(n, width)
 
 
 class _LatchingWindow:

@@ -33,6 +33,7 @@ from specplan.cost_models.base import CostModel, StepBatch
 from specplan.errors import ConfigError
 from specplan.simulator import control
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
+from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.oracles import AcceptanceOracle
@@ -87,7 +88,10 @@ class Workload:
 
 @dataclass
 class Trace:
-    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``."""
+    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``.
+
+    The per-request arrays (lengths, arrival, first token, finish, generated) are filled when the
+    run ends."""
 
     iterations: list = field(default_factory=list)
     emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
@@ -96,6 +100,14 @@ class Trace:
     gate_tripped_iteration: Optional[int] = None
     gate_tripped_time: Optional[float] = None
     preemptions: int = 0
+    gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
+    n: int = 0
+    plen: Optional[np.ndarray] = None
+    olen: Optional[np.ndarray] = None
+    arrival: Optional[np.ndarray] = None
+    first_token: Optional[np.ndarray] = None
+    finish: Optional[np.ndarray] = None
+    generated: Optional[np.ndarray] = None
 
 
 ITERATION_FIELDS = (
@@ -149,14 +161,6 @@ class Executor:
         self._last_scheduled = 0
         self._k_next = self._lookup(0) if settings.speculate else 0  # vLLM: K of the drafts proposed last step
         self._check_fits()
-
-    # Per-request arrays the metrics read (``specplan.simulator.metrics``).
-    plen = property(lambda self: self.st.plen)
-    olen = property(lambda self: self.st.olen)
-    generated = property(lambda self: self.st.generated)
-    first_token = property(lambda self: self.st.first_token)
-    finish = property(lambda self: self.st.finish)
-    arrival = property(lambda self: self.frontend.arrival)
 
     def _check_fits(self) -> None:
         """A request that can never be scheduled would wait forever: refuse the config up front."""
@@ -230,40 +234,15 @@ class Executor:
         self.trace.gate_tripped_time = self.env.now
 
     def _setup_drafter(self) -> tuple[int, bool]:
-        """K before scheduling and whether this step speculates (``_setup_drafter``)."""
-        s, rules = self.s, self.rules
+        """K before scheduling and on/off (``_setup_drafter``): off without a drafter or once the gate latched."""
+        s = self.s
         gate = self.gate or self.legacy_gate
         if not s.speculate or (gate is not None and gate.disabled):
             return 0, False
-        if rules.k_timing == "next_step":
-            return self._k_next, self._k_next > 0
-        if rules.k_timing == "same_step" and s.k_from == "scheduled":
-            return self.k_static, True  # no drafter object: placeholders at K_static, K after scheduling
-        k = self._lookup(self._last_scheduled if s.k_from == "scheduled" else len(self.active))
-        if k == 0:
-            return 0, False
-        if rules.batch_gate and not control.should_use_spec_decode(
-                len(self.active), s.max_batch_size, s.max_num_tokens, k, s.max_concurrency):
-            return k, False
-        return k, True
-
-    def _prepare_draft_requests(self, k: int, spec: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Each active request's token charge and KV growth if it runs as a generation row."""
-        act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
-        if not spec:
-            ones = np.ones(len(act), dtype=np.int64)
-            return ones, ones
-        budget = self.rules.budget
-        if budget == "draft":  # vLLM: the draft proposed after the last step is known
-            extra = self.st.pending_drafted[act]
-            return 1 + extra, 1 + extra
-        if budget == "static":  # one-model: py_draft_pages_allocated = K_static
-            return np.full(len(act), 1 + self.k_static), np.full(len(act), 1 + self.k_static)
-        # Drafter path: [0] * K placeholders unless the request was stamped disabled; KV grows to the
-        # verified width (NGram pads to K_static and extends KV for the padding).
-        cost = np.where(self.st.disable_spec[act], 1, 1 + k)
-        width = 1 + (self.k_static if self.s.verify_width == "static" else k)
-        return cost, np.full(len(act), width)
+        return control.setup_drafter(self.rules, self._lookup, k_static=self.k_static, k_next=self._k_next,
+                                     k_from=s.k_from, num_active=len(self.active), last_scheduled=self._last_scheduled,
+                                     max_batch_size=s.max_batch_size, max_num_tokens=s.max_num_tokens,
+                                     max_concurrency=s.max_concurrency)
 
     def _update_draft_len(self, decision: ScheduleDecision, k: int, spec: bool) -> tuple[int, bool]:
         """One-model path: K for this step from the scheduled batch (``update_draft_len``).
@@ -273,40 +252,10 @@ class Executor:
         s = self.s
         if not (spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled"):
             return k, spec
-        schedule = s.draft_len_schedule
-        k = control.update_draft_len(schedule, len(decision.rows), s.max_draft_len, s.schedule_lookup)
+        k = control.update_draft_len(s.draft_len_schedule, len(decision.rows), s.max_draft_len, s.schedule_lookup)
         return k, k > 0
 
     # ----------------------------------------------------------------- drafts, verify, commit
-    def prepare_draft_tokens(self, d: ScheduleDecision, spec: bool, k: int):
-        """Drafts of this step's rows and their verified widths (``prepare_draft_tokens`` + padding).
-
-        Generation rows draft when speculation is on (vLLM: those holding a proposed draft); a
-        drafter that drafts at prefill (HF prompt lookup) also drafts on the chunk that completes a
-        prompt. Returns the drafting mask, drafted and accepted per drafting row, and the query
-        tokens per row.
-        """
-        st, rows, ctx = self.st, d.rows, d.is_prefill
-        q = d.query_tokens.copy()
-        drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
-        if not spec:
-            return np.zeros(len(rows), dtype=bool), drafted[:0], accepted[:0], q
-        pending = self.rules.budget == "draft"
-        now = np.zeros(len(rows), dtype=bool) if pending else ~ctx
-        if self.oracle.drafts_at_prefill:
-            now |= ctx & (st.generated[rows] == 0) & (st.computed[rows] + q >= st.ctx_target[rows])
-        if now.any():
-            drafted[now], accepted[now] = self.oracle.draft(rows[now], st.generated[rows[now]], k)
-        drafting = now
-        if pending:
-            drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
-            held = drafting & ~now
-            drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
-        drafted, accepted = drafted[drafting], accepted[drafting]
-        width = {"static": self.k_static, "runtime": k}.get(self.s.verify_width, drafted)
-        q[drafting] = np.where(ctx[drafting], q[drafting], 1) + width
-        return drafting, drafted, accepted, q
-
     def _draft_time(self, num_rows: int, k: int, state_size: int) -> float:
         """Drafting on the critical path; the SA enhancer's side stream only counts past the neural loop."""
         t = self.cost.draft_time(self.s.drafter, num_rows, k, state_size)
@@ -314,7 +263,7 @@ class Executor:
             t = max(t, self.cost.draft_time("SA", num_rows, k, state_size))
         return t
 
-    def _update_requests(self, d: ScheduleDecision, drafting, accepted) -> np.ndarray:
+    def _update_requests(self, d: ScheduleDecision, chunk, drafting, accepted) -> np.ndarray:
         """Commit accepted + 1 per verify row (never past the output), then ``rewind_kv_cache``."""
         st, rows, ctx_rows = self.st, d.rows, d.is_prefill
         now = self.env.now
@@ -324,7 +273,7 @@ class Executor:
         if has_ctx:
             ctx_idx = np.flatnonzero(ctx_rows)
             crow = rows[ctx_idx]
-            st.computed[crow] += d.chunk[ctx_idx]
+            st.computed[crow] += chunk[ctx_idx]
             commit[ctx_idx] = st.computed[crow] >= st.ctx_target[crow]
             st.first_token[crow[(commit[ctx_idx] > 0) & (generated[ctx_idx] == 0)]] = now
         commit[drafting] += accepted
@@ -347,33 +296,6 @@ class Executor:
             resident = np.where(ctx_rows & ~emitted, st.computed[rows], resident)
         self.kv.resize(rows, resident)
 
-    def propose_draft_token_ids(self, d: ScheduleDecision) -> None:
-        """vLLM: after the step, draft for the rows that ran, with K from this step's scheduled count.
-
-        Drafts are bounded by ``max_model_len - 1 - num_tokens``; when the longest sequence plus K
-        passes ``max_model_len`` the n-gram drafter is skipped for the whole batch and every row
-        verifies K dummy tokens that are never accepted.
-        """
-        st, s = self.st, self.s
-        rows = d.rows
-        st.pending_drafted[rows] = 0
-        st.pending_accepted[rows] = 0
-        num_tokens = st.plen[rows] + st.generated[rows]
-        self._k_next = k = self._lookup(len(rows), int(num_tokens.max()))
-        gate = self.gate or self.legacy_gate
-        live = (st.computed[rows] >= st.ctx_target[rows]) & (st.generated[rows] < st.olen[rows])
-        if k == 0 or not live.any() or (gate is not None and gate.disabled):
-            return
-        prop, tokens = rows[live], num_tokens[live]
-        if s.max_model_len is not None and s.drafter == "vllm_ngram" and int(tokens.max()) + k > s.max_model_len:
-            st.pending_drafted[prop] = k
-            return
-        drafted, accepted = self.oracle.draft(prop, st.generated[prop], k)
-        if s.max_model_len is not None:
-            drafted = np.clip(np.minimum(drafted, s.max_model_len - 1 - tokens), 0, None)
-            accepted = np.minimum(accepted, drafted)
-        st.pending_drafted[prop], st.pending_accepted[prop] = drafted, accepted
-
     # ----------------------------------------------------------------- the gate
     def _update_gate(self, it: int, spec: bool, k: int, d: ScheduleDecision, drafting, drafted, accepted, q) -> None:
         """Record this step's acceptance and feed the SpeculationGate (``_update_batch_acceptance_rate``)."""
@@ -384,6 +306,8 @@ class Executor:
             self.trace.accepted_hist += np.bincount(accepted[proposed], minlength=len(self.trace.accepted_hist))
             sample = control.gate_sample(self.s.gate_denominator, accepted, drafted, q[drafting] - 1, k,
                                          d.num_generation)
+            if sample is not None:
+                self.trace.gate_samples.append(sample)
         if self.gate is None:
             return
         if self.s.overlap_scheduler:
@@ -406,16 +330,24 @@ class Executor:
                 continue
             it += 1
             k, spec = self._setup_drafter()
-            gen_cost, kv_width = self._prepare_draft_requests(k, spec)
-            d = self.scheduler.schedule(self.active, gen_cost, kv_width)
+            act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
+            gen_cost, kv_width = control.prepare_draft_requests(self.rules, spec, k, self.k_static, s.verify_width,
+                                                                st.disable_spec[act], st.pending_drafted[act])
+            d = self.scheduler.schedule(self.active, act, gen_cost, kv_width)
             if len(d.rows) == 0:
                 raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
             if self.rules.stamps_disable and s.speculate and not spec:
                 st.disable_spec[d.rows] = True
             k, spec = self._update_draft_len(d, k, spec)
             self._last_scheduled = len(d.rows)
-            rows, ctx_rows = d.rows, d.is_prefill
-            drafting, drafted, accepted, q = self.prepare_draft_tokens(d, spec, k)
+            rows, ctx_rows, chunk = d.rows, d.is_prefill, d.chunk
+            if spec:
+                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static, s.verify_width,
+                                                                      self.rules.budget == "draft")
+            else:
+                # No drafts: a generation row computes one token whatever its placeholders charged.
+                q = np.where(ctx_rows, d.query_tokens, 1)
+                drafting, drafted, accepted = np.zeros(len(rows), bool), rows[:0], rows[:0]
             resident = st.resident(rows, ctx_rows)
             self.kv.resize(rows, resident + q)
             step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
@@ -428,16 +360,23 @@ class Executor:
                 step += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step)
-            commit = self._update_requests(d, drafting, accepted)
+            commit = self._update_requests(d, chunk, drafting, accepted)
+            if self.prefix_cache is not None and ctx_rows.any():
+                self.prefix_cache.on_computed(rows[ctx_rows], st)
             self._update_gate(it, spec, k, d, drafting, drafted, accepted, q)
-            n_ctx, prefill = int(ctx_rows.sum()), int(d.chunk.sum())
+            n_ctx, prefill = int(ctx_rows.sum()), int(chunk.sum())
             self.trace.iterations.append((
                 it, start, step, len(self.active), len(self.waiting), len(rows), len(rows) - n_ctx,
                 prefill, k if spec else 0, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum()) - prefill,
                 int(commit.sum()), int((commit[ctx_rows] > 0).sum()) if n_ctx else 0, self.kv.used,
             ))
             if self.rules.k_timing == "next_step" and s.speculate:
-                self.propose_draft_token_ids(d)
+                # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
+                # entries' context bucket: the longest sequence scheduled) for the drafts proposed now.
+                self._k_next = self._lookup(len(rows), int((st.plen[rows] + st.generated[rows]).max()))
+                gate = self.gate or self.legacy_gate
+                if gate is None or not gate.disabled:
+                    propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len, s.drafter == "vllm_ngram")
             finished = rows[st.generated[rows] >= st.olen[rows]]
             if len(finished):
                 self._on_finish(finished, it)
@@ -449,9 +388,12 @@ class Executor:
         self.env.process(self.run_loop())
 
     def collect(self) -> Trace:
-        """The recorded trace, once the environment has run."""
-        self.trace.preemptions = self.scheduler.preemptions
-        return self.trace
+        """The recorded trace, once the environment has run, with the per-request arrays filled in."""
+        st, t = self.st, self.trace
+        t.preemptions = self.scheduler.preemptions
+        t.n, t.plen, t.olen, t.arrival = st.n, st.plen, st.olen, self.frontend.arrival
+        t.first_token, t.finish, t.generated = st.first_token, st.finish, st.generated
+        return t
 
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""

@@ -9,12 +9,12 @@ any replica come back to the one frontend, which sends sessions' next turns and 
 
 Request ids are global: every replica's per-request arrays span the whole workload, and the fleet's
 tables take each request's row from the replica it was routed to. Metrics come per replica and for
-the fleet; the fleet's summary has the same keys as a single run's.
+the fleet; the fleet's summary has the same keys as a single run's. Each replica has its own
+prefix cache when the engine has prefix caching on, so session affinity keeps a session's prefix hits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -40,26 +40,11 @@ def gpus(cfg: SimConfig) -> int:
     return int(sum(cfg.cluster.tp or [cfg.cost.tp] * cfg.cluster.replicas))
 
 
-@dataclass
-class _Merged:
-    """The fleet seen as one executor by ``specplan.simulator.metrics``: each request's arrays from
-    its replica, the acceptance histogram summed, the earliest gate trip."""
-
-    n: int
-    plen: np.ndarray
-    olen: np.ndarray
-    generated: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    arrival: np.ndarray
-    trace: Trace
-
-
 class Fleet:
     """Replicas sharing one environment; the router places each request when it arrives."""
 
     def __init__(self, cfg: SimConfig, workload: Workload, requests: list, cost=None, drafter_cache=None) -> None:
-        from specplan.simulator.run import build_cost, build_oracle, kv_num_blocks, resolve_engine
+        from specplan.simulator.run import build_cost, build_oracle, build_prefix_cache, kv_num_blocks, resolve_engine
 
         self.cfg = cfg
         self.w = workload
@@ -79,7 +64,8 @@ class Fleet:
                 costs[rcfg.cost.tp] = build_cost(rcfg)
             self.replicas.append(Executor(
                 resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, build_oracle(rcfg, workload, requests, drafter_cache),
-                costs[rcfg.cost.tp], cfg.max_sim_time_s, env=self.env, frontend=self.frontend))
+                costs[rcfg.cost.tp], cfg.max_sim_time_s, prefix_cache=build_prefix_cache(rcfg, requests),
+                env=self.env, frontend=self.frontend))
         self.costs = costs
 
     def load(self) -> Load:
@@ -102,25 +88,26 @@ class Fleet:
         for ex in self.replicas:
             ex.collect()
 
-    def merged(self) -> _Merged:
-        """The fleet as one executor for the metrics (each request from its replica)."""
+    def merged(self) -> Trace:
+        """The fleet's trace for the metrics: each request's arrays from its replica, the acceptance
+        histograms summed, the earliest gate trip, every replica's gate samples."""
         who = np.maximum(self.assigned, 0)  # never routed (max_sim_time): replica 0's untouched row
         idx = np.arange(len(who))
+        traces = [ex.trace for ex in self.replicas]
 
         def pick(name: str) -> np.ndarray:
-            return np.stack([getattr(ex.st, name) for ex in self.replicas])[who, idx]
+            return np.stack([getattr(t, name) for t in traces])[who, idx]
 
-        traces = [ex.trace for ex in self.replicas]
-        tripped = [i for i, t in enumerate(traces) if t.gate_tripped_time is not None]
-        first = min(tripped, key=lambda i: traces[i].gate_tripped_time) if tripped else None
+        tripped = [t for t in traces if t.gate_tripped_time is not None]
+        first = min(tripped, key=lambda t: t.gate_tripped_time) if tripped else Trace()
         width = max(len(t.accepted_hist) for t in traces)
-        hist = sum(np.pad(t.accepted_hist, (0, width - len(t.accepted_hist))) for t in traces)
-        trace = Trace(accepted_hist=hist, preemptions=sum(t.preemptions for t in traces),
-                      gate_tripped_iteration=None if first is None else traces[first].gate_tripped_iteration,
-                      gate_tripped_time=None if first is None else traces[first].gate_tripped_time)
-        ex0 = self.replicas[0]
-        return _Merged(ex0.n, ex0.plen, ex0.olen, pick("generated"), pick("first_token"), pick("finish"),
-                       self.frontend.arrival, trace)
+        t0 = traces[0]
+        return Trace(accepted_hist=sum(np.pad(t.accepted_hist, (0, width - len(t.accepted_hist))) for t in traces),
+                     preemptions=sum(t.preemptions for t in traces),
+                     gate_tripped_iteration=first.gate_tripped_iteration, gate_tripped_time=first.gate_tripped_time,
+                     gate_samples=[x for t in traces for x in t.gate_samples],
+                     n=t0.n, plen=t0.plen, olen=t0.olen, arrival=t0.arrival, first_token=pick("first_token"),
+                     finish=pick("finish"), generated=pick("generated"))
 
 
 def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, drafter_cache=None):
@@ -134,17 +121,23 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     fleet.run()
     view = fleet.merged()
     req = metrics.request_table(view, requests)
-    its = [metrics.iteration_table(ex) for ex in fleet.replicas]
-    ems = [metrics.emission_table(ex) for ex in fleet.replicas]
+    its = [metrics.iteration_table(ex.trace) for ex in fleet.replicas]
+    ems = [metrics.emission_table(ex.trace) for ex in fleet.replicas]
     iterations = pd.concat([t.assign(replica=i) for i, t in enumerate(its)], ignore_index=True)
     emissions = pd.concat(ems, ignore_index=True)
+    # The same summary keys, in the same order, as a single run (``run.simulate``).
     summary = metrics.summarize(view, req, iterations, emissions, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
+    caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
+    if caches:
+        summary["prefix_cache_hit_tokens"] = sum(c.hit_tokens for c in caches)
+    samples = view.gate_samples
+    summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None
     summary.update({f"drafter_{k}": v for k, v in _drafter_metrics(fleet).items()})
     per_replica = []
     for i, (ex, rcfg) in enumerate(zip(fleet.replicas, replica_configs(cfg))):
         mine = req[fleet.assigned == i]
-        per_replica.append(metrics.summarize(ex, mine, its[i], ems[i], cfg.slo_ttft_s, cfg.slo_tpot_s)
+        per_replica.append(metrics.summarize(ex.trace, mine, its[i], ems[i], cfg.slo_ttft_s, cfg.slo_tpot_s)
                            | {"requests": int(len(mine)), "tp": rcfg.cost.tp})
     req.insert(0, "replica", fleet.assigned)
     iterations.insert(0, "replica", iterations.pop("replica"))

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from specplan.simulator.engine import ITERATION_FIELDS, Executor
+from specplan.simulator.engine import ITERATION_FIELDS, Trace
 
 PERCENTILES = (50, 90, 99)
 
@@ -40,35 +40,35 @@ def plain(value: Any) -> Any:
     return value
 
 
-def request_table(ex: Executor, requests: Optional[list] = None) -> pd.DataFrame:
+def request_table(trace: Trace, requests: Optional[list] = None) -> pd.DataFrame:
     """One row per request: id, category and turn (when ``requests`` are given), lengths, times and
     latency metrics (NaN where it never completed)."""
-    out_len = ex.olen
-    tpot = np.where(out_len > 1, (ex.finish - ex.first_token) / np.maximum(out_len - 1, 1), np.nan)
+    out_len = trace.olen
+    tpot = np.where(out_len > 1, (trace.finish - trace.first_token) / np.maximum(out_len - 1, 1), np.nan)
     return pd.DataFrame({
-        "request_id": [r.id for r in requests] if requests else np.arange(ex.n).astype(str),
+        "request_id": [r.id for r in requests] if requests else np.arange(trace.n).astype(str),
         "category": [r.category for r in requests] if requests else None,
         "turn": [r.turn for r in requests] if requests else 0,
-        "prompt_len": ex.plen,
+        "prompt_len": trace.plen,
         "output_len": out_len,
-        "arrival_s": ex.arrival,
-        "first_token_s": ex.first_token,
-        "finish_s": ex.finish,
-        "ttft_s": ex.first_token - ex.arrival,
+        "arrival_s": trace.arrival,
+        "first_token_s": trace.first_token,
+        "finish_s": trace.finish,
+        "ttft_s": trace.first_token - trace.arrival,
         "tpot_s": tpot,
-        "e2e_s": ex.finish - ex.arrival,
-        "generated": ex.generated,
+        "e2e_s": trace.finish - trace.arrival,
+        "generated": trace.generated,
     })
 
 
-def iteration_table(ex: Executor) -> pd.DataFrame:
+def iteration_table(trace: Trace) -> pd.DataFrame:
     """One row per executor iteration."""
-    return pd.DataFrame.from_records(ex.trace.iterations, columns=list(ITERATION_FIELDS))
+    return pd.DataFrame.from_records(trace.iterations, columns=list(ITERATION_FIELDS))
 
 
-def batch_table(ex: Executor) -> pd.DataFrame:
+def batch_table(trace: Trace) -> pd.DataFrame:
     """One row per scheduled sequence per iteration (recorded runs only)."""
-    b = ex.trace.batches
+    b = trace.batches
     if not b:
         return pd.DataFrame({"iteration": [], "request": [], "query_tokens": [], "context_tokens": [], "is_prefill": []})
     return pd.DataFrame({
@@ -80,9 +80,9 @@ def batch_table(ex: Executor) -> pd.DataFrame:
     })
 
 
-def emission_table(ex: Executor) -> pd.DataFrame:
+def emission_table(trace: Trace) -> pd.DataFrame:
     """One row per emitted chunk: request index, time, tokens."""
-    em = ex.trace.emissions
+    em = trace.emissions
     if not em:
         return pd.DataFrame({"request": [], "time_s": [], "tokens": []})
     rids = np.concatenate([e[0] for e in em])
@@ -112,7 +112,7 @@ def _pcts(values: np.ndarray) -> dict:
     return out
 
 
-def summarize(ex: Executor, requests: pd.DataFrame, iterations: pd.DataFrame, emissions: pd.DataFrame,
+def summarize(trace: Trace, requests: pd.DataFrame, iterations: pd.DataFrame, emissions: pd.DataFrame,
               slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
     """The run's headline figures as a flat JSON-able dict."""
     done = requests["finish_s"].notna().to_numpy()
@@ -120,7 +120,7 @@ def summarize(ex: Executor, requests: pd.DataFrame, iterations: pd.DataFrame, em
     start = float(np.nanmin(requests["arrival_s"])) if requests["arrival_s"].notna().any() else 0.0
     end = float(np.nanmax(requests["finish_s"])) if done.any() else start
     span = max(end - start, 1e-12)
-    hist = ex.trace.accepted_hist
+    hist = trace.accepted_hist
     drafts = int(hist.sum())
     drafted = int(iterations["drafted"].sum()) if len(iterations) else 0
     accepted = int(iterations["accepted"].sum()) if len(iterations) else 0
@@ -146,9 +146,9 @@ def summarize(ex: Executor, requests: pd.DataFrame, iterations: pd.DataFrame, em
         "accepted_tokens": accepted,
         "iterations": int(len(iterations)),
         "spec_iterations": int(iterations["spec_on"].sum()) if len(iterations) else 0,
-        "gate_tripped_iteration": ex.trace.gate_tripped_iteration,
-        "gate_tripped_s": ex.trace.gate_tripped_time,
-        "preemptions": ex.trace.preemptions,
+        "gate_tripped_iteration": trace.gate_tripped_iteration,
+        "gate_tripped_s": trace.gate_tripped_time,
+        "preemptions": trace.preemptions,
         "mean_batch_rows": float(iterations["batch_rows"].mean()) if len(iterations) else 0.0,
         "ttft_s": _pcts(requests["ttft_s"].to_numpy()),
         "tpot_s": _pcts(requests["tpot_s"].to_numpy()),

@@ -18,6 +18,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import EngineSettings, Executor, Workload
 from specplan.simulator.paths import VLLM, path_for
+from specplan.simulator.prefix_cache import PrefixCache
 from specplan.simulator.presets import resolve_speculation
 from specplan.simulator.oracles import AcceptanceOracle, alpha_oracle, length_dist_oracle, per_position_oracle
 
@@ -185,6 +186,14 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
+def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
+    """Automatic prefix caching when the engine has it on (``engine.enable_prefix_caching``)."""
+    caching = cfg.engine.enable_prefix_caching
+    if caching is None:
+        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
+    return PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+
+
 def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,
              drafter_cache=None) -> SimResult:
     """Run one scenario to completion and return its tables and summary.
@@ -203,17 +212,22 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, workload, requests, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
-    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
-    ex.run()
-    req = metrics.request_table(ex, requests)
-    its = metrics.iteration_table(ex)
-    em = metrics.emission_table(ex)
-    summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    prefix_cache = build_prefix_cache(cfg, requests)
+    ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches, prefix_cache)
+    trace = ex.run()
+    req = metrics.request_table(trace, requests)
+    its = metrics.iteration_table(trace)
+    em = metrics.emission_table(trace)
+    summary = metrics.summarize(trace, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
+    if prefix_cache is not None:
+        summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
+    samples = trace.gate_samples
+    summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
     return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
-                     metrics.batch_table(ex) if record_batches else None)
+                     metrics.batch_table(trace) if record_batches else None)
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:

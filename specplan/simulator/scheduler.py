@@ -66,11 +66,10 @@ class CapacityScheduler:
         self.k_static = k_static
         self.preemptions = 0
 
-    def schedule(self, active: list, gen_cost: np.ndarray, kv_width: np.ndarray) -> ScheduleDecision:
-        """Schedule the active requests (admission order); ``gen_cost`` and ``kv_width`` give each
-        active request's token charge and KV growth if it is a generation row this step."""
+    def schedule(self, active: list, act: np.ndarray, gen_cost: np.ndarray, kv_width: np.ndarray) -> ScheduleDecision:
+        """Schedule the active requests (``active``, admission order; ``act`` the same as an array);
+        ``gen_cost`` and ``kv_width`` give each one's token charge and KV growth as a generation row."""
         st = self.st
-        act = np.fromiter(active, dtype=np.int64, count=len(active))
         is_ctx = st.computed[act] < st.ctx_target[act]
         cost = np.where(is_ctx, st.ctx_target[act] - st.computed[act], gen_cost)
         n_full, partial = fit_token_budget(cost, is_ctx, self.max_num_tokens, self.max_batch_size, self.chunked)

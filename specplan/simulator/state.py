@@ -29,9 +29,6 @@ class RequestState:
         self.pending_drafted = np.zeros(n, dtype=np.int64)
         self.pending_accepted = np.zeros(n, dtype=np.int64)
 
-    def is_prefill(self, rows: np.ndarray) -> np.ndarray:
-        return self.computed[rows] < self.ctx_target[rows]
-
     def resident(self, rows: np.ndarray, ctx_rows: np.ndarray) -> np.ndarray:
         """KV positions held before this step: the computed prefix, or the sequence minus its newest
         token (written by the next forward)."""

@@ -22,8 +22,9 @@ The search, for a scenario (config) and SLOs:
    speculation and against the best fixed K.
 5. **Gate** (TensorRT-LLM). The recommended setting runs under i.i.d. acceptance alpha = 0, 0.1,
    .., 0.9 at the same rates; the break-even alpha is the lowest at which it still has at least
-   the goodput of no speculation, and ``acceptance_rate_threshold`` is the acceptance rate
-   (accepted / drafted, what the SpeculationGate samples) measured there. When speculation never
+   the goodput of no speculation, and ``acceptance_rate_threshold`` is the mean SpeculationGate
+   sample measured there, counted as the path counts it (``gate_sample_mean``: accepted over the
+   pre-padding draft length on the drafter path, over K per generation row on the one-model path). When speculation never
    loses on that grid no gate is recommended.
 
 All runs go through a runner (local pool or Ray) into a record store, so an interrupted
@@ -284,10 +285,10 @@ def _choose_gate(rec: Recommendation, cfg: SimConfig, scenarios, runner: Runner,
             if a == GATE_ALPHAS[0]:
                 rec.gate_note = "speculation keeps at least the baseline goodput even at zero acceptance: no gate needed"
                 return
-            measured = [s["acceptance_rate"] for s in summaries if s["acceptance_rate"] is not None]
+            measured = [s["gate_sample_mean"] for s in summaries if s.get("gate_sample_mean") is not None]
             threshold = round(sum(measured) / len(measured), 3)
             rec.gate = (window, threshold)
-            rec.gate_note = (f"break-even at i.i.d. acceptance alpha = {a:g} (measured acceptance rate "
+            rec.gate_note = (f"break-even at i.i.d. acceptance alpha = {a:g} (measured gate sample mean "
                              f"{threshold:g}); below it speculation loses goodput")
             break
     else:

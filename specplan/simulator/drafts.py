@@ -1,0 +1,76 @@
+"""Drafts of one step: who drafts, how many tokens, and how wide each row is verified.
+
+``prepare_draft_tokens`` is TensorRT-LLM's ``Drafter.prepare_draft_tokens`` followed by
+``pad_draft_tokens_for_cuda_graph`` (or the one-model forward's K-wide drafts); vLLM proposes after
+a step instead (``propose_draft_token_ids``) and the next step verifies what was proposed.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from specplan.simulator.oracles import AcceptanceOracle
+from specplan.simulator.scheduler import ScheduleDecision
+from specplan.simulator.state import RequestState
+
+
+def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: ScheduleDecision, k: int, k_static: int,
+                         verify_width: str, proposed_before: bool):
+    """Drafts of this step's rows and their verified widths.
+
+    Generation rows draft (with ``proposed_before``, vLLM: those holding a proposed draft); a drafter
+    that drafts at prefill (HF prompt lookup) also drafts on the chunk that completes a prompt.
+    Verified width per drafting row: ``static`` K_static (CUDA-graph padding), ``runtime`` K, or
+    ``draft`` the drafted length. Returns the drafting mask, drafted and accepted per drafting row,
+    and the query tokens per row.
+    """
+    rows, ctx = d.rows, d.is_prefill
+    q = d.query_tokens.copy()
+    now = np.zeros(len(rows), dtype=bool) if proposed_before else ~ctx
+    if oracle.drafts_at_prefill:
+        now |= ctx & (st.generated[rows] == 0) & (st.computed[rows] + q >= st.ctx_target[rows])
+    if not proposed_before:
+        drafting, drows = now, rows[now]
+        if len(drows):
+            drafted, accepted = oracle.draft(drows, st.generated[drows], k)
+        else:
+            drafted = accepted = np.zeros(0, dtype=np.int64)
+    else:
+        drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+        if now.any():
+            drafted[now], accepted[now] = oracle.draft(rows[now], st.generated[rows[now]], k)
+        drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
+        held = drafting & ~now
+        drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
+        drafted, accepted = drafted[drafting], accepted[drafting]
+    width = {"static": k_static, "runtime": k}.get(verify_width, drafted)
+    q[drafting] = np.where(ctx[drafting], q[drafting], 1) + width
+    return drafting, drafted, accepted, q
+
+
+def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, k: int,
+                            max_model_len: Optional[int], ngram: bool) -> None:
+    """vLLM, after a step: the drafts of the rows that ran, verified when each is next scheduled.
+
+    Rows still prefilling or finished propose nothing. Drafts are bounded by
+    ``max_model_len - 1 - num_tokens``; when the longest sequence plus K passes ``max_model_len``
+    the n-gram drafter is skipped for the whole batch and every row verifies K dummy tokens that are
+    never accepted.
+    """
+    st.pending_drafted[rows] = 0
+    st.pending_accepted[rows] = 0
+    live = (st.computed[rows] >= st.ctx_target[rows]) & (st.generated[rows] < st.olen[rows])
+    if k == 0 or not live.any():
+        return
+    prop = rows[live]
+    tokens = st.plen[prop] + st.generated[prop]
+    if max_model_len is not None and ngram and int(tokens.max()) + k > max_model_len:
+        st.pending_drafted[prop] = k
+        return
+    drafted, accepted = oracle.draft(prop, st.generated[prop], k)
+    if max_model_len is not None:
+        drafted = np.clip(np.minimum(drafted, max_model_len - 1 - tokens), 0, None)
+        accepted = np.minimum(accepted, drafted)
+    st.pending_drafted[prop], st.pending_accepted[prop] = drafted, accepted
