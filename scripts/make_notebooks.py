@@ -1267,7 +1267,7 @@ NB06 = [
         "engine": {"max_batch_size": 16},
         "speculation": {"decoding_type": "SA", "max_draft_len": 3},
         "acceptance": {"mode": "alpha", "alpha": 0.7},
-        "workload": {"trace": None, "arrival": "poisson", "rate": 40.0, "num_requests": 400,
+        "workload": {"trace": None, "arrival": "poisson", "rate": 40.0, "num_requests": 300,
                      "prompt_len": 512, "output_len": 128},
         "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"},
     }
@@ -1276,13 +1276,15 @@ NB06 = [
     md("""
     ## The router under bursty arrivals
 
-    Four replicas, Gamma inter-arrivals with CV = 4 (bursts), the same requests routed two ways:
-    round robin ignores how busy a replica is; least-outstanding sends each request to the replica
-    with the fewest requests waiting or running. Per-replica figures are in the run's
+    Four replicas, Gamma inter-arrivals with CV = 4 (bursts) and Spec-Bench's request lengths (so
+    some requests take far longer than others), the same requests routed two ways: round robin
+    ignores how busy a replica is; least-outstanding sends each request to the replica with the
+    fewest requests waiting or running. Per-replica figures are in the run's
     `description["cluster"]["per_replica"]`.
     """),
     code("""
-    bursty = {**scenario, "workload": {**scenario["workload"], "arrival": "gamma", "cv": 4.0, "rate": 60.0}}
+    bursty = {**scenario, "workload": {"trace": "specbench", "arrival": "gamma", "cv": 4.0, "rate": 60.0,
+                                       "num_requests": 300}}
     routed = {}
     for router in ("round_robin", "least_outstanding"):
         res = simulate(build_config({**bursty, "cluster": {"replicas": 4, "router": router}}))
