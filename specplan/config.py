@@ -216,8 +216,28 @@ class CostConfig(_Section):
         None, ge=0, lt=1, description="vLLM dynamic SD step slowdown; None = the published 0.14 (vLLM #49548)")
 
 
+Router = Literal["round_robin", "least_outstanding", "least_kv", "session_affinity"]
+
+
+class ClusterConfig(_Section):
+    """A fleet: ``replicas`` copies of the engine behind a router that places each request at arrival
+    (``specplan.simulator.fleet``). ``replicas: 1`` is the single-replica run."""
+
+    replicas: int = Field(1, ge=1)
+    router: Router = "round_robin"
+    tp: Optional[list[int]] = Field(None, description="per-replica tensor parallelism; None = cost.tp for every replica")
+
+    @field_validator("tp")
+    @classmethod
+    def _per_replica(cls, v, info):
+        replicas = info.data.get("replicas", 1)
+        if v is not None and (len(v) != replicas or min(v) < 1):
+            raise ValueError(f"give one degree >= 1 per replica ({replicas}), got {v}")
+        return v
+
+
 class SimConfig(_Section):
-    """A whole scenario: one engine replica serving one workload."""
+    """A whole scenario: one engine replica (or a ``cluster`` of them) serving one workload."""
 
     seed: int = 0
     engine: EngineConfig = EngineConfig()
@@ -225,6 +245,7 @@ class SimConfig(_Section):
     acceptance: AcceptanceConfig = AcceptanceConfig()
     workload: WorkloadConfig = WorkloadConfig()
     cost: CostConfig = CostConfig()
+    cluster: ClusterConfig = ClusterConfig()
     slo_ttft_s: Optional[float] = Field(None, gt=0)
     slo_tpot_s: Optional[float] = Field(None, gt=0)
     max_sim_time_s: Optional[float] = Field(None, gt=0)

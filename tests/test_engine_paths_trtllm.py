@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specplan.cost_models.base import CostModel
-from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.engine import Executor
+from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.simulator.paths import TRT_DRAFTER
 from specplan.simulator.run import simulate

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from specplan.cost_models.base import CostModel
 from specplan.simulator import metrics
-from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.engine import Executor
+from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.acceptance.oracles import alpha_oracle
 from specplan.simulator.paths import PATHS, VLLM
 from specplan.simulator.run import baseline_config, simulate

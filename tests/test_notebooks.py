@@ -23,7 +23,7 @@ CELL_TIMEOUT_S = 300
 
 def test_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
-    for prefix in ("01_", "02_", "03_", "04_", "05_"):
+    for prefix in ("01_", "02_", "03_", "04_", "05_", "06_"):
         assert any(n.startswith(prefix) for n in names), f"no notebook {prefix}*.ipynb in {names}"
 
 

@@ -1,5 +1,5 @@
 """The one face of specplan: ``specplan simulate | acceptance | workloads | profile | calibrate | sweep
-| report | recommend | validate | config``. Each command lives in its own module with a ``register(app)``."""
+| report | recommend | validate | config | capacity``. Each command lives in its own module with a ``register(app)``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ app = typer.Typer(
 
 # One module per command group; each defines register(app).
 _COMMAND_MODULES = ("simulate", "workloads", "acceptance", "sweep", "report", "recommend", "profile", "calibrate",
-                    "validate", "config")
+                    "validate", "config", "capacity")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"specplan.cli.{_name}").register(app)

@@ -35,8 +35,11 @@ def describe_scenario(cfg: SimConfig, cost_line: str) -> str:
         conc = f", max_concurrency {sp.max_concurrency}" if sp.max_concurrency else ""
         acc = "exact drafter replay" if a.mode == "drafter" else f"{a.mode} oracle"
         spec = f"{sp.decoding_type} max_draft_len {sp.max_draft_len}{sched}{conc}{gate}; acceptance from {acc}"
+    c = cfg.cluster
+    fleet = (f" on {c.replicas} replicas behind a {c.router} router" + (f" (tp {c.tp})" if c.tp else "")
+             if c.replicas > 1 else "")
     return (
-        f"Simulating {w.num_requests} requests from {source}, {traffic}.\n"
+        f"Simulating {w.num_requests} requests from {source}, {traffic}{fleet}.\n"
         f"Engine: {e.engine}, max_batch_size {e.max_batch_size}, max_num_tokens {e.max_num_tokens}, "
         f"{e.capacity_scheduler_policy}{', chunked prefill' if e.enable_chunked_prefill else ''}"
         f"{', overlap scheduler' if e.overlap_scheduler else ''}.\n"

@@ -37,53 +37,10 @@ from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.kv import KVBlockPool
 from specplan.acceptance.oracles import AcceptanceOracle
-from specplan.simulator.paths import PATHS, TRT_DRAFTER
+from specplan.simulator.paths import PATHS
 from specplan.simulator.scheduler import CapacityScheduler, ScheduleDecision
+from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.state import RequestState
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Everything the loop needs, resolved from the config (see ``specplan.simulator.run``)."""
-
-    max_batch_size: int
-    max_num_tokens: int
-    max_num_active_requests: int
-    kv_block_size: int
-    kv_num_blocks: int
-    policy: str  # GUARANTEED_NO_EVICT | MAX_UTILIZATION
-    chunked_prefill: bool
-    overlap_scheduler: bool
-    speculate: bool  # a drafter is configured at all
-    max_draft_len: int
-    draft_len_schedule: Optional[dict[int, int]] = None
-    vllm_ranges: Optional[tuple] = None
-    schedule_lookup: str = "upper_bound"
-    k_from: str = "active"
-    max_concurrency: Optional[int] = None
-    verify_width: str = "static"  # static | runtime | draft
-    gate_window: Optional[int] = None
-    gate_threshold: Optional[float] = None
-    gate_denominator: str = "drafted"  # drafted | padded | runtime
-    legacy_gate_window: Optional[int] = None
-    legacy_gate_threshold: Optional[float] = None
-    drafter: str = "none"
-    sa_enhancer: bool = False  # SA side stream overlapping a neural draft loop
-    path: str = TRT_DRAFTER  # the engine path whose rules apply (specplan.simulator.paths)
-    max_model_len: Optional[int] = None  # vLLM: bounds drafts; the n-gram drafter's batch skip
-    piecewise_graph_slowdown: float = 0.0  # vLLM dynamic SD: piecewise CUDA graphs slow each step
-
-
-@dataclass
-class Workload:
-    """Request lengths, arrivals and session order, as the loop sees them."""
-
-    prompt_lens: np.ndarray
-    output_lens: np.ndarray
-    arrivals: Optional[np.ndarray]  # open loop; None for closed loop
-    predecessor: np.ndarray  # index of the previous turn of the same session, -1 if none
-    concurrency: int = 0  # closed-loop clients
-    think_time: Optional[np.ndarray] = None  # per request: think time before it is sent (closed loop, sessions)
 
 
 @dataclass
@@ -122,7 +79,9 @@ class Executor:
 
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
                  cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False,
-                 prefix_cache=None) -> None:
+                 prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None) -> None:
+        # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
+        # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -149,8 +108,8 @@ class Executor:
             if settings.vllm_ranges is not None else None
         )
         self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64))
-        self.env = simpy.Environment()
-        self.frontend = Frontend(self.env, workload, self._enqueue)
+        self.env = env if env is not None else simpy.Environment()
+        self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # arrived, not yet active (FIFO)
         self.active: list[int] = []  # admission order
         self.done = 0
@@ -183,7 +142,8 @@ class Executor:
             )
 
     # ----------------------------------------------------------------- requests in and out
-    def _enqueue(self, rid: int) -> None:
+    def submit(self, rid: int) -> None:
+        """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
         self.waiting.append(rid)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -205,6 +165,7 @@ class Executor:
                     self._trip(iteration)
         st.finish[rids] = self.env.now
         self.kv.release(rids)
+        st.reserved_total -= int(st.reserved[rids].sum())
         st.reserved[rids] = 0
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
@@ -379,13 +340,21 @@ class Executor:
             if self.max_sim_time is not None and self.env.now >= self.max_sim_time:
                 return
 
-    def run(self) -> Trace:
-        """Run to completion (or ``max_sim_time``) and return the recorded trace."""
-        self.frontend.start()
+    def start(self) -> None:
+        """Start the executor loop in the environment (the frontend is started by its owner)."""
         self.env.process(self.run_loop())
-        self.env.run()
+
+    def collect(self) -> Trace:
+        """The recorded trace, once the environment has run, with the per-request arrays filled in."""
         st, t = self.st, self.trace
         t.preemptions = self.scheduler.preemptions
         t.n, t.plen, t.olen, t.arrival = st.n, st.plen, st.olen, self.frontend.arrival
         t.first_token, t.finish, t.generated = st.first_token, st.finish, st.generated
         return t
+
+    def run(self) -> Trace:
+        """Run to completion (or ``max_sim_time``) and return the recorded trace."""
+        self.frontend.start()
+        self.start()
+        self.env.run()
+        return self.collect()

@@ -15,7 +15,7 @@ import simpy
 class Frontend:
     """Submits requests at their arrival times (open loop) or when a client is free (closed loop).
 
-    ``workload`` is a ``specplan.simulator.engine.Workload``. A session's next turn is sent after the
+    ``workload`` is a ``specplan.simulator.inputs.Workload``. A session's next turn is sent after the
     previous turn completes and its think time passes.
     """
 

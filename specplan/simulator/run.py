@@ -15,7 +15,8 @@ import pandas as pd
 from specplan.atomic import atomic_write
 from specplan.config import SimConfig
 from specplan.simulator import metrics
-from specplan.simulator.engine import EngineSettings, Executor, Workload
+from specplan.simulator.engine import Executor
+from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.paths import VLLM, path_for
 from specplan.simulator.prefix_cache import PrefixCache
 from specplan.simulator.presets import resolve_speculation
@@ -146,6 +147,14 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
+def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
+    """Automatic prefix caching when the engine has it on (``engine.enable_prefix_caching``)."""
+    caching = cfg.engine.enable_prefix_caching
+    if caching is None:
+        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
+    return PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+
+
 def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,
              drafter_cache=None, observe=None) -> SimResult:
     """Run one scenario to completion and return its tables and summary.
@@ -156,6 +165,10 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     tokens, resident context, prefill flag), for replaying the schedule on a device. ``observe``
     is called with the executor before it runs.
     """
+    if cfg.cluster.replicas > 1:
+        from specplan.simulator.fleet import simulate_fleet
+
+        return simulate_fleet(cfg, cost, requests, drafter_cache)
     cfg = resolve(cfg)
     workload, requests = build_workload(cfg, requests)
     if cfg.speculation.decoding_type != "none":
@@ -165,10 +178,7 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     settings = resolve_engine(cfg, kv_num_blocks(cfg))
     oracle = build_oracle(cfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
     cost = cost if cost is not None else build_cost(cfg)
-    caching = cfg.engine.enable_prefix_caching
-    if caching is None:
-        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
-    prefix_cache = PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+    prefix_cache = build_prefix_cache(cfg, requests)
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches, prefix_cache)
     if observe is not None:  # e.g. a progress bar reading the executor's counters from another thread
         observe(ex)

@@ -90,10 +90,11 @@ class CapacityScheduler:
         new = ~st.started[rows]
         if new.any():
             need = np.where(new, self.kv.blocks_for(st.plen[rows] + st.olen[rows] + self.k_static), 0)
-            fits = np.cumsum(need) <= self.kv.num_blocks - int(st.reserved.sum())
+            fits = np.cumsum(need) <= self.kv.num_blocks - st.reserved_total
             if not fits.all():
                 keep[int(np.argmin(fits)):] = False
             st.reserved[rows[keep & new]] = need[keep & new]
+            st.reserved_total += int(need[keep & new].sum())
             st.started[rows[keep & new]] = True
         return keep
 

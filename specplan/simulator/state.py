@@ -20,6 +20,7 @@ class RequestState:
         self.generated = np.zeros(n, dtype=np.int64)
         self.started = np.zeros(n, dtype=bool)
         self.reserved = np.zeros(n, dtype=np.int64)  # GUARANTEED_NO_EVICT reservations, in blocks
+        self.reserved_total = 0  # reserved.sum(), kept up to date: no sum over every request per step
         self.emits = np.zeros(n, dtype=np.int64)  # decoding iterations that committed tokens
         # TensorRT-LLM py_disable_speculative_decoding: set on requests scheduled while speculation
         # is off and never cleared (the executor only ever sets it).

@@ -1,0 +1,161 @@
+"""A fleet: ``cluster.replicas`` engine replicas in one SimPy environment behind a router.
+
+Every replica is exactly the single-replica executor (``specplan.simulator.engine.Executor``) with
+its own KV cache, scheduler, SpeculationGate and acceptance oracle (drafter pools are per replica:
+a replica's drafter only ever sees the requests routed to it). One frontend (arrivals, closed-loop
+clients, sessions) drives the whole fleet; at each arrival the router (``specplan.simulator.router``)
+reads the replicas' load at that instant and submits the request to one of them. Completions from
+any replica come back to the one frontend, which sends sessions' next turns and frees clients.
+
+Request ids are global: every replica's per-request arrays span the whole workload, and the fleet's
+tables take each request's row from the replica it was routed to. Metrics come per replica and for
+the fleet; the fleet's summary has the same keys as a single run's. Each replica has its own
+prefix cache when the engine has prefix caching on, so session affinity keeps a session's prefix hits.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from specplan.config import SimConfig
+from specplan.simulator import metrics
+from specplan.simulator.engine import Executor, Trace
+from specplan.simulator.inputs import Workload
+from specplan.simulator.frontend import Frontend
+from specplan.simulator.router import Load, make_router
+
+
+def replica_configs(cfg: SimConfig) -> list[SimConfig]:
+    """Each replica's config: the scenario with ``cost.tp`` set to that replica's degree."""
+    tps = cfg.cluster.tp or [cfg.cost.tp] * cfg.cluster.replicas
+    return [cfg if tp == cfg.cost.tp else cfg.model_copy(update={"cost": cfg.cost.model_copy(update={"tp": tp})})
+            for tp in tps]
+
+
+def gpus(cfg: SimConfig) -> int:
+    """GPUs the fleet occupies: the sum of its replicas' tensor-parallel degrees."""
+    return int(sum(cfg.cluster.tp or [cfg.cost.tp] * cfg.cluster.replicas))
+
+
+class Fleet:
+    """Replicas sharing one environment; the router places each request when it arrives."""
+
+    def __init__(self, cfg: SimConfig, workload: Workload, requests: list, cost=None, drafter_cache=None) -> None:
+        from specplan.acceptance import build_oracle
+        from specplan.simulator.run import build_cost, build_prefix_cache, kv_num_blocks, resolve_engine
+
+        self.cfg = cfg
+        self.w = workload
+        self.env = simpy.Environment()
+        self.frontend = Frontend(self.env, workload, self._route)
+        self.router = make_router(cfg.cluster.router, cfg.cluster.replicas)
+        self.assigned = np.full(len(workload.prompt_lens), -1, dtype=np.int64)
+        if drafter_cache is None and cfg.acceptance.mode == "drafter" and cfg.cluster.replicas > 1:
+            from specplan.acceptance.drafters.cache import PrecomputeCache
+
+            drafter_cache = PrecomputeCache()  # per-request drafter tables computed once for all replicas
+        # Cost models only price steps (no run state), so replicas of one tp degree share one.
+        costs: dict[int, object] = {cfg.cost.tp: cost} if cost is not None else {}
+        self.replicas: list[Executor] = []
+        for rcfg in replica_configs(cfg):
+            if rcfg.cost.tp not in costs:
+                costs[rcfg.cost.tp] = build_cost(rcfg)
+            self.replicas.append(Executor(
+                resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, build_oracle(rcfg, requests, workload.prompt_lens, workload.output_lens,
+                                                                     drafter_cache),
+                costs[rcfg.cost.tp], cfg.max_sim_time_s, prefix_cache=build_prefix_cache(rcfg, requests),
+                env=self.env, frontend=self.frontend))
+        self.costs = costs
+
+    def load(self) -> Load:
+        """The replicas' load now: outstanding requests and the fraction of KV blocks in use."""
+        reps = self.replicas
+        return Load(np.array([len(r.waiting) + len(r.active) for r in reps]),
+                    np.array([r.kv.used / r.kv.num_blocks for r in reps]), self.assigned, self.w.predecessor)
+
+    def _route(self, rid: int) -> None:
+        i = self.router.choose(rid, self.load())
+        self.assigned[rid] = i
+        self.replicas[i].submit(rid)
+
+    def run(self) -> None:
+        """Run every replica to completion (or ``max_sim_time``)."""
+        self.frontend.start()
+        for ex in self.replicas:
+            ex.start()
+        self.env.run()
+        for ex in self.replicas:
+            ex.collect()
+
+    def merged(self) -> Trace:
+        """The fleet's trace for the metrics: each request's arrays from its replica, the acceptance
+        histograms summed, the earliest gate trip, every replica's gate samples."""
+        who = np.maximum(self.assigned, 0)  # never routed (max_sim_time): replica 0's untouched row
+        idx = np.arange(len(who))
+        traces = [ex.trace for ex in self.replicas]
+
+        def pick(name: str) -> np.ndarray:
+            return np.stack([getattr(t, name) for t in traces])[who, idx]
+
+        tripped = [t for t in traces if t.gate_tripped_time is not None]
+        first = min(tripped, key=lambda t: t.gate_tripped_time) if tripped else Trace()
+        width = max(len(t.accepted_hist) for t in traces)
+        t0 = traces[0]
+        return Trace(accepted_hist=sum(np.pad(t.accepted_hist, (0, width - len(t.accepted_hist))) for t in traces),
+                     preemptions=sum(t.preemptions for t in traces),
+                     gate_tripped_iteration=first.gate_tripped_iteration, gate_tripped_time=first.gate_tripped_time,
+                     gate_samples=[x for t in traces for x in t.gate_samples],
+                     n=t0.n, plen=t0.plen, olen=t0.olen, arrival=t0.arrival, first_token=pick("first_token"),
+                     finish=pick("finish"), generated=pick("generated"))
+
+
+def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, drafter_cache=None):
+    """Run a fleet scenario; returns a ``SimResult`` whose tables carry a ``replica`` column and whose
+    description's ``cluster`` entry holds each replica's summary."""
+    from specplan.simulator.run import SimResult, build_workload, resolve
+
+    cfg = resolve(cfg)
+    workload, requests = build_workload(cfg, requests)
+    fleet = Fleet(cfg, workload, requests, cost, drafter_cache)
+    fleet.run()
+    view = fleet.merged()
+    req = metrics.request_table(view, requests)
+    its = [metrics.iteration_table(ex.trace) for ex in fleet.replicas]
+    ems = [metrics.emission_table(ex.trace) for ex in fleet.replicas]
+    iterations = pd.concat([t.assign(replica=i) for i, t in enumerate(its)], ignore_index=True)
+    emissions = pd.concat(ems, ignore_index=True)
+    # The same summary keys, in the same order, as a single run (``run.simulate``).
+    summary = metrics.summarize(view, req, iterations, emissions, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    summary["seed"] = cfg.seed
+    caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
+    if caches:
+        summary["prefix_cache_hit_tokens"] = sum(c.hit_tokens for c in caches)
+    samples = view.gate_samples
+    summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None
+    summary.update({f"drafter_{k}": v for k, v in _drafter_metrics(fleet).items()})
+    per_replica = []
+    for i, (ex, rcfg) in enumerate(zip(fleet.replicas, replica_configs(cfg))):
+        mine = req[fleet.assigned == i]
+        per_replica.append(metrics.summarize(ex.trace, mine, its[i], ems[i], cfg.slo_ttft_s, cfg.slo_tpot_s)
+                           | {"requests": int(len(mine)), "tp": rcfg.cost.tp})
+    req.insert(0, "replica", fleet.assigned)
+    iterations.insert(0, "replica", iterations.pop("replica"))
+    description = {"cost": fleet.replicas[0].cost.describe(),
+                   "speculation": cfg.speculation.model_dump(exclude_defaults=True),
+                   "cluster": {"replicas": cfg.cluster.replicas, "router": cfg.cluster.router, "gpus": gpus(cfg),
+                               "per_replica": per_replica}}
+    return SimResult(cfg, summary, req, iterations, emissions, description)
+
+
+def _drafter_metrics(fleet: Fleet) -> dict:
+    """Drafter counters (integers) summed over replicas, each replica's oracle counting its own
+    requests; rates do not add up, so with several replicas they stay in the per-replica summaries."""
+    each = [ex.oracle.metrics() for ex in fleet.replicas]
+    if len(each) == 1:
+        return each[0]
+    return {k: sum(m[k] for m in each) for k, v in each[0].items()
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
