@@ -11,3 +11,8 @@ class ConfigError(SpecplanError):
 
 class TraceError(SpecplanError):
     """A trace file is malformed; the message names the file, line and field."""
+
+
+def one_line(text) -> str:
+    """Collapse a message onto one line: every user error is reported as exactly one line."""
+    return " ".join(str(text).split())

@@ -78,12 +78,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
         from specplan.simulator.drafters import DrafterSettings, PrecomputeCache, replay_trace, summarize_replay
+        from specplan.outputs import check_output_dir, check_output_file
         from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
         if drafter not in DRAFTERS:
             raise typer.BadParameter(f"--drafter must be one of {', '.join(DRAFTERS)}")
+        if dump_steps is not None:
+            check_output_file(dump_steps, "--dump-steps")
+        if cache_dir is not None:
+            check_output_dir(cache_dir, "--cache-dir")
         kind = DRAFTERS[drafter]
         k = max_draft_len if max_draft_len is not None else default_k(kind, suffix_max_tree_depth)
         settings = DrafterSettings(

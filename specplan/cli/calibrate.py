@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B)."""
         from specplan.calibration.runner import run_calibration
+        from specplan.outputs import check_output_dir
 
+        check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
         run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
                         repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)

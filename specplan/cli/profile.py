@@ -19,6 +19,7 @@ from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
 from specplan.cost_models.models import MODELS
 from specplan.cost_models.registry import bundled_profile_names, cost_model_from_profile, load_profile
+from specplan.outputs import check_output_file
 
 profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
 
@@ -66,6 +67,7 @@ def plot(
     context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
 ) -> None:
     """Draw T(B, 1) and gamma(B, K) against B, one curve per K."""
+    check_output_file(out)
     model = cost_model_from_profile(name)
     plot_view(gamma_view(model, context), model.describe(), out)
     Console(stderr=True).print(f"wrote {out}")

@@ -100,6 +100,7 @@ def register(app: typer.Typer) -> None:
         from specplan.config import load_config
         from specplan.sweeps import export
         from specplan.atomic import atomic_write_text
+        from specplan.outputs import check_output_dir
         from specplan.sweeps.records import RecordStore
         from specplan.sweeps.recommend import recommend as search
         from specplan.sweeps.runners import make_runner
@@ -107,11 +108,11 @@ def register(app: typer.Typer) -> None:
         if slo_tpot_ms <= 0 or (slo_ttft_ms is not None and slo_ttft_ms <= 0):
             raise ConfigError("--slo-tpot-ms / --slo-ttft-ms: must be > 0")
         cfg = load_config(config, set_)
+        check_output_dir(out)
         console = Console()
         console.print(f"Searching {cfg.engine.engine} {cfg.speculation.decoding_type} up to max_batch_size "
                       f"{cfg.engine.max_batch_size} for the most goodput under TPOT <= {slo_tpot_ms:g} ms"
                       + (f", TTFT <= {slo_ttft_ms:g} ms" if slo_ttft_ms else "") + ".")
-        out.mkdir(parents=True, exist_ok=True)
         with make_runner(backend, workers, address) as runner:
             rec = search(cfg, runner, RecordStore(out / "records"), slo_tpot_s=slo_tpot_ms / 1e3,
                          slo_ttft_s=slo_ttft_ms / 1e3 if slo_ttft_ms else None, rates=_numbers(rates, "--rates"),

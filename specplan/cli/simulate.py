@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specplan.config import SimConfig, load_config
+from specplan.outputs import check_output_dir
 
 SUMMARY_KEYS = (
     "completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
@@ -89,6 +90,8 @@ def register(app: typer.Typer) -> None:
         if fmt not in ("table", "json"):
             raise typer.BadParameter("--format must be table or json")
         cfg = load_config(config, set_)
+        if out is not None:
+            check_output_dir(out)
         cost = build_cost(cfg)
         console = Console(stderr=fmt == "json")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run

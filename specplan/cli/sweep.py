@@ -20,12 +20,14 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
     ) -> None:
         """Run every point of a sweep (skipping those already recorded in --out) and write the result table."""
+        from specplan.outputs import check_output_dir
         from specplan.sweeps.runners import make_runner
         from specplan.sweeps.spec import read_sweep
         from specplan.sweeps.sweep import TABLE_FILE, run_sweep
 
         console = Console(stderr=True)
         sweep_spec = read_sweep(spec)
+        check_output_dir(out)
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
                           f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "

@@ -29,6 +29,7 @@ from specplan.reports import plots
 from specplan.reports.analysis import (acceptance_length_distribution, label_rows, md_table, pareto_front,
                                        seed_means, short_names)
 from specplan.atomic import atomic_write_text
+from specplan.outputs import check_output_dir
 from specplan.sweeps.sweep import open_sweep
 
 REPORT_FILE = "report.md"
@@ -54,8 +55,7 @@ def _gamma_curves(configs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) -> Path:
     """Write the figures and ``report.md`` for the sweep in ``sweep_dir``; returns the Markdown path."""
     spec, points, table = open_sweep(sweep_dir)
-    out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(Path(out_dir) if out_dir is not None else Path(sweep_dir) / "report")
     axes = spec.axes
     means = seed_means(table, axes)
     means.insert(0, "#", np.arange(1, len(means) + 1))  # point numbers, as the figures label them

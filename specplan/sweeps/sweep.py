@@ -19,7 +19,7 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from specplan.errors import SpecplanError
+from specplan.errors import SpecplanError, one_line
 from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore
 from specplan.sweeps.runners import Runner, execute, make_runner
@@ -70,4 +70,9 @@ def open_sweep(sweep_dir: str | Path) -> tuple[SweepSpec, list[Point], pd.DataFr
         if not path.is_file():
             raise SpecplanError(f"{path}: missing (is {root} a sweep folder? run `specplan sweep SPEC --out {root}`)")
     spec = read_sweep(spec_path)
-    return spec, expand(spec), pd.read_parquet(table_path)
+    try:
+        table = pd.read_parquet(table_path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SpecplanError(f"{table_path}: not a readable Parquet table ({one_line(exc)}); re-run "
+                            f"`specplan sweep SPEC --out {root}` to rebuild it from the records") from None
+    return spec, expand(spec), table
