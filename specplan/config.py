@@ -130,6 +130,11 @@ class AcceptanceConfig(_Section):
         return v
 
 
+# About 10 KB of memory per simulated request (tokens shared with the trace, timings, emissions): ten
+# million is ~100 GB, past any single machine this runs on; split such a run into seeds instead.
+MAX_REQUESTS = 10_000_000
+
+
 class WorkloadConfig(_Section):
     """Traffic: which requests, and when they arrive."""
 
@@ -139,7 +144,8 @@ class WorkloadConfig(_Section):
     cv: float = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
     concurrency: int = Field(8, ge=1, description="closed-loop clients")
     think_time_s: float = Field(0.0, ge=0)
-    num_requests: int = Field(200, ge=1)
+    num_requests: int = Field(200, ge=1, le=MAX_REQUESTS,
+                              description="at most MAX_REQUESTS: each request holds its tokens and timings in memory")
     prompt_len: int = Field(512, ge=1, description="synthetic prompt length when trace is null")
     output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
@@ -183,7 +189,7 @@ class CostConfig(_Section):
 class SimConfig(_Section):
     """A whole scenario: one engine replica serving one workload."""
 
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63, description="numpy SeedSequence entropy: a non-negative integer")
     engine: EngineConfig = EngineConfig()
     speculation: SpeculationConfig = SpeculationConfig()
     acceptance: AcceptanceConfig = AcceptanceConfig()
@@ -201,6 +207,11 @@ class SimConfig(_Section):
                              "(alpha, per_position, length_dist or recorded)")
         if sp.sa_config is not None and sp.decoding_type not in NEURAL_DRAFTERS:
             raise ValueError("speculation.sa_config: the SA enhancer applies to MTP or Eagle3 drafters")
+        dist = self.acceptance.length_dist
+        if mode == "length_dist" and dist and sp.decoding_type != "none" and 0 < sp.max_draft_len < len(dist) - 1:
+            raise ValueError(f"acceptance.length_dist: {len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
+                             f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
+                             "trim it or raise max_draft_len")
         return self
 
 
@@ -243,15 +254,24 @@ def parse_overrides(items: list[str]) -> list[tuple[str, object]]:
 
 
 def read_yaml(path) -> dict:
-    """Read a YAML mapping; a syntax error names the file and line."""
+    """Read a YAML mapping strictly (a duplicate key is an error, not "the second wins"); a syntax error
+    names the file and line."""
     import yaml
     from pathlib import Path
+
+    from specplan.strict_yaml import strict_load
 
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file; give a YAML config file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = strict_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

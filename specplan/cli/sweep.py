@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from specplan.sweeps.spec import DEFAULT_MAX_POINTS
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -18,15 +20,18 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores); Ray: CPUs of a local instance."),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+        max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", min=1,
+                                       help="Refuse a sweep of more points than this (grid x zip x seeds)."),
     ) -> None:
         """Run every point of a sweep (skipping those already recorded in --out) and write the result table."""
         from specplan.outputs import check_output_dir
         from specplan.sweeps.runners import make_runner
-        from specplan.sweeps.spec import read_sweep
+        from specplan.sweeps.spec import check_size, read_sweep
         from specplan.sweeps.sweep import TABLE_FILE, run_sweep
 
         console = Console(stderr=True)
         sweep_spec = read_sweep(spec)
+        check_size(sweep_spec, max_points)
         check_output_dir(out)
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "

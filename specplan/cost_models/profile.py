@@ -36,6 +36,7 @@ from specplan.cost_models.options import CostOptions
 from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
 from specplan.errors import ConfigError
+from specplan.strict_yaml import strict_load
 
 PROFILE_FORMAT = "specplan-profile/1"
 
@@ -142,7 +143,7 @@ class ProfileFile(_Strict):
 def parse_profile(text: str, source: str) -> ProfileFile:
     """Validate profile YAML text; one-line ``ConfigError`` naming ``source`` and the field."""
     try:
-        data = yaml.safe_load(text)
+        data = strict_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
