@@ -26,17 +26,18 @@ def register(app: typer.Typer) -> None:
         """Run every point of a sweep (skipping those already recorded in --out) and write the result table."""
         from specplan.outputs import check_output_dir
         from specplan.sweeps.runners import make_runner
-        from specplan.sweeps.spec import check_size, read_sweep
+        from specplan.sweeps.spec import check_size, expand, read_sweep
         from specplan.sweeps.sweep import TABLE_FILE, run_sweep
 
         console = Console(stderr=True)
         sweep_spec = read_sweep(spec)
         check_size(sweep_spec, max_points)
+        points = expand(sweep_spec)  # every point validated before a worker starts
         check_output_dir(out)
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
                           f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "
                           f"{runner.workers} worker(s).")
-            table = run_sweep(sweep_spec, out, runner, progress)
+            table = run_sweep(sweep_spec, out, runner, progress, points)
         console.print(f"Wrote {out / TABLE_FILE}: {len(table)} runs x {table.shape[1]} columns. "
                       f"Next: specplan report {out}")

@@ -190,6 +190,9 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     ex = Executor(settings, workload, oracle, cost, cfg.max_sim_time_s, record_batches)
     ex.run()
     req = metrics.request_table(ex, requests)
+    if cfg.max_sim_time_s is not None and not req["finish_s"].notna().any():
+        raise ConfigError(f"max_sim_time_s: {cfg.max_sim_time_s:g} s of simulated time ended the run before any "
+                          "request completed; raise it or remove it")
     its = metrics.iteration_table(ex)
     em = metrics.emission_table(ex)
     summary = metrics.summarize(ex, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)

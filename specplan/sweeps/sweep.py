@@ -39,12 +39,14 @@ def sweep_configs(spec: SweepSpec, points: list[Point]) -> list:
     return configs
 
 
-def run_sweep(spec: SweepSpec, out_dir: str | Path, runner: Optional[Runner] = None, progress: bool = False) -> pd.DataFrame:
+def run_sweep(spec: SweepSpec, out_dir: str | Path, runner: Optional[Runner] = None, progress: bool = False,
+              points: Optional[list[Point]] = None) -> pd.DataFrame:
     """Run a sweep into ``out_dir`` (resuming whatever is recorded there) and return its table.
 
     ``runner`` defaults to a local pool over all cores; one passed in is left open for the caller.
+    ``points``, when the caller already expanded (validated) ``spec``, saves expanding it again.
     """
-    points = expand(spec)
+    points = points if points is not None else expand(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(spec.to_dict(), sort_keys=False)
