@@ -32,6 +32,7 @@ from specplan.simulator.control import (
     should_use_spec_decode,
     vllm_schedule_table,
 )
+from specplan.simulator.emissions import EmissionLog
 from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.oracles import AcceptanceOracle
 from specplan.simulator.scheduler import fit_token_budget
@@ -83,7 +84,7 @@ class Trace:
     """What one run records; turned into DataFrames by ``specplan.simulator.metrics``."""
 
     iterations: list = field(default_factory=list)
-    emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
+    emissions: EmissionLog = field(default_factory=EmissionLog)  # one row per emitted chunk
     accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
     gate_tripped_iteration: Optional[int] = None
@@ -369,7 +370,7 @@ class Executor:
         if has_ctx:
             resident = np.where(ctx_rows & ~emitted, self.computed[rows], resident)
         self.kv.resize(rows, resident)
-        self.trace.emissions.append((rows[emitted], now, commit[emitted]))
+        self.trace.emissions.append(rows[emitted], now, commit[emitted])
         self.oracle.on_commit(rows[emitted], self.generated[rows[emitted]])
         return commit
 
