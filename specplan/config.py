@@ -130,9 +130,10 @@ class AcceptanceConfig(_Section):
         return v
 
 
-# About 10 KB of memory per simulated request (tokens shared with the trace, timings, emissions): ten
-# million is ~100 GB, past any single machine this runs on; split such a run into seeds instead.
-MAX_REQUESTS = 10_000_000
+# A run holds about 5 KB per request (timings, acceptance streams, emissions; tokens are shared with
+# the trace), measured by benchmarks/bench_memory.py: two million is ~10 GB. Larger runs are split
+# into seeds instead of failing mid-allocation.
+MAX_REQUESTS = 2_000_000
 
 
 class WorkloadConfig(_Section):
