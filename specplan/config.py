@@ -145,12 +145,19 @@ class WorkloadConfig(_Section):
     cv: float = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
     concurrency: int = Field(8, ge=1, description="closed-loop clients")
     think_time_s: float = Field(0.0, ge=0)
-    num_requests: int = Field(200, ge=1, le=MAX_REQUESTS,
-                              description="at most MAX_REQUESTS: each request holds its tokens and timings in memory")
+    num_requests: int = Field(200, ge=1, description="at most MAX_REQUESTS (what one run can hold in memory)")
     prompt_len: int = Field(512, ge=1, description="synthetic prompt length when trace is null")
     output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
     categories: Optional[list[str]] = None
+
+    @field_validator("num_requests")
+    @classmethod
+    def _fits_in_memory(cls, v):
+        if v > MAX_REQUESTS:
+            raise ValueError(f"{v:,} requests exceed the {MAX_REQUESTS:,} one run can hold in memory (about 5 KB "
+                             "each); run several seeds of fewer requests instead")
+        return v
 
 
 class CostConfig(_Section):
