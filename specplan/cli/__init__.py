@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help is the answer
             print(exc.ctx.get_help(), file=sys.stderr)
             sys.exit(2)
-        _fail(_usage_message(exc), getattr(exc, "exit_code", 2) or 2)
-    sys.exit(code if isinstance(code, int) else 0)
+        _fail(_usage_message(exc))
+    if isinstance(code, int) and code:  # a command's own exit status; success returns to the caller
+        sys.exit(code)
 
 
 def _exit_types() -> tuple[type, ...]:
