@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
 
 
 class StrictModel(BaseModel):
@@ -276,10 +276,8 @@ def read_yaml(path) -> dict:
         raise ConfigError(f"{path}: not a file; give a YAML config file")
     try:
         data = strict_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({read_failure(exc)})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

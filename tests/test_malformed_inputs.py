@@ -283,6 +283,14 @@ for dotted, value, needle in BAD_PROFILES:
 case("profile-dup-key", ["profile", "show", "{root}/p.yaml"], "tp",
      {"p.yaml": yaml.safe_dump(GOOD_PROFILE) + "tp: 2\n"})
 case("profile-not-yaml", ["profile", "show", "{root}/p.yaml"], "p.yaml", {"p.yaml": "format: [\n"})
+case("profile-not-utf8", ["profile", "show", "{root}/p.yaml"], "UTF-8", {"p.yaml": b"format: x\n\xff\n"})
+case("draft-costs-not-utf8", ["simulate", "--set", "cost.draft_costs={root}/d.yaml"], "UTF-8",
+     {"d.yaml": b"sa: \xff\n"})
+case("draft-costs-missing", ["simulate", "--set", "cost.draft_costs={root}/nosuch.yaml"], "nosuch.yaml")
+case("linear-fit-csv-directory", ["simulate", "--set", "cost.model=linear", "--set", "cost.linear_fit_csv={root}/adir"],
+     "adir")
+case("linear-fit-csv-columns", ["simulate", "--set", "cost.model=linear", "--set", "cost.linear_fit_csv={root}/m.csv"],
+     "kind", {"m.csv": "a,b\n1,2\n"})
 case("profile-unknown-name", ["profile", "show", "h999/llama-9"], "h999")
 case("profile-plot-unknown-name", ["profile", "plot", "h999/llama-9", "--out", "{root}/p.png"], "h999")
 

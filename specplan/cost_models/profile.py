@@ -35,7 +35,7 @@ from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.cost_models.options import CostOptions
 from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
 from specplan.strict_yaml import strict_load
 
 PROFILE_FORMAT = "specplan-profile/1"
@@ -157,9 +157,9 @@ def parse_profile(text: str, source: str) -> ProfileFile:
 def read_profile(path: str | Path) -> ProfileFile:
     """Load and validate a profile file."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read profile ({exc.strerror})") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read profile ({read_failure(exc)})") from None
     return parse_profile(text, str(path))
 
 
