@@ -7,24 +7,24 @@ import yaml
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` whose mappings reject a key given twice, naming the key and both lines."""
+    """``SafeLoader`` whose mappings reject a key given twice, naming the key and where it came first."""
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)  # merge keys (<<) first: a merged default may be overridden
     first_line: dict = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *defaults`` keys may be overridden
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        line = key_node.start_mark.line + 1
         try:
             if key in first_line:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first on line {first_line[key]}); give each key once",
                     key_node.start_mark)
-            first_line[key] = line
+            first_line[key] = key_node.start_mark.line + 1
         except TypeError:  # an unhashable key: construct_mapping below reports it
             continue
-    return loader.construct_mapping(node, deep=deep)
+    return loader.construct_mapping(node, deep=deep)  # merges (<<) are flattened in there
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)

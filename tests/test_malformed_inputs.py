@@ -427,3 +427,12 @@ def test_the_console_process_too(argv, needle):
     proc = subprocess.run([sys.executable, "-m", "specplan", *argv], capture_output=True, text=True, cwd=root,
                           env=env, timeout=CASE_TIMEOUT_S)
     _check(proc.returncode, proc.stderr, proc.stdout, needle)
+
+
+def test_strict_yaml_refuses_duplicates_but_keeps_merge_overrides():
+    from specplan.strict_yaml import strict_load
+
+    assert strict_load("d: &x {e: 1, g: 3}\nf:\n  <<: *x\n  e: 2\n") == {"d": {"e": 1, "g": 3}, "f": {"e": 2, "g": 3}}
+    for text, key, first in (("a: 1\nb: 2\na: 3\n", "a", 1), ("x:\n  - {k: 1, k: 2}\n", "k", 2)):
+        with pytest.raises(yaml.YAMLError, match=f"duplicate key '{key}' \\(first on line {first}\\)"):
+            strict_load(text)
