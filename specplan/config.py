@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from typing_extensions import Annotated
 
 from specplan.config_rules import canonical_decoding_type, validate_speculation
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
 
 
 class StrictModel(BaseModel):
@@ -138,6 +138,12 @@ class AcceptanceConfig(_Section):
         return v
 
 
+# A run holds about 5 KB per request (timings, acceptance streams, emissions; tokens are shared with
+# the trace), measured by benchmarks/bench_memory.py: two million is ~10 GB. Larger runs are split
+# into seeds instead of failing mid-allocation.
+MAX_REQUESTS = 2_000_000
+
+
 class WorkloadConfig(_Section):
     """Traffic: which requests, and when they arrive."""
 
@@ -147,7 +153,7 @@ class WorkloadConfig(_Section):
     cv: float = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
     concurrency: int = Field(8, ge=1, description="closed-loop clients")
     think_time_s: float = Field(0.0, ge=0)
-    num_requests: int = Field(200, ge=1)
+    num_requests: int = Field(200, ge=1, description="at most MAX_REQUESTS (what one run can hold in memory)")
     prompt_len: int = Field(512, ge=1, description="synthetic prompt length when trace is null")
     output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
@@ -156,6 +162,14 @@ class WorkloadConfig(_Section):
         None, description="model folder (tokenizer.json + tokenizer_config.json chat_template) for a text trace"
     )
     format: Optional[str] = Field(None, description="trace file format (vllm-sharegpt, trtllm-bench, azure, ...); null: sniffed")
+
+    @field_validator("num_requests")
+    @classmethod
+    def _fits_in_memory(cls, v):
+        if v > MAX_REQUESTS:
+            raise ValueError(f"{v:,} requests exceed the {MAX_REQUESTS:,} one run can hold in memory (about 5 KB "
+                             "each); run several seeds of fewer requests instead")
+        return v
 
 
 class CostConfig(_Section):
@@ -239,7 +253,7 @@ class ClusterConfig(_Section):
 class SimConfig(_Section):
     """A whole scenario: one engine replica (or a ``cluster`` of them) serving one workload."""
 
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63, description="numpy SeedSequence entropy: a non-negative integer")
     engine: EngineConfig = EngineConfig()
     speculation: SpeculationConfig = SpeculationConfig()
     acceptance: AcceptanceConfig = AcceptanceConfig()
@@ -258,6 +272,11 @@ class SimConfig(_Section):
                              "(alpha, per_position, length_dist or recorded)")
         if sp.sa_config is not None and sp.decoding_type not in NEURAL_DRAFTERS:
             raise ValueError("speculation.sa_config: the SA enhancer applies to MTP or Eagle3 drafters")
+        dist = self.acceptance.length_dist
+        if mode == "length_dist" and dist and sp.decoding_type != "none" and 0 < sp.max_draft_len < len(dist) - 1:
+            raise ValueError(f"acceptance.length_dist: {len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
+                             f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
+                             "trim it or raise max_draft_len")
         return self
 
 
@@ -300,15 +319,22 @@ def parse_overrides(items: list[str]) -> list[tuple[str, object]]:
 
 
 def read_yaml(path) -> dict:
-    """Read a YAML mapping; a syntax error names the file and line."""
+    """Read a YAML mapping strictly (a duplicate key is an error, not "the second wins"); a syntax error
+    names the file and line."""
     import yaml
     from pathlib import Path
+
+    from specplan.strict_yaml import strict_load
 
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such config file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file; give a YAML config file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = strict_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({read_failure(exc)})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

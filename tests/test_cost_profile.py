@@ -1,20 +1,16 @@
 """The calibrated (profile) model and the profile file: hand-computed predictions, extrapolation
-warnings, one-line errors for bad files, and the fit recovering a known truth."""
+warnings and its floor, one-line errors for bad files (the fit itself: test_calibration_synthetic)."""
 
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
-from specplan.calibration.fit import build_profile, lm_head_curve, predict_points
-from specplan.calibration.grid import CPU_GRID, build_points
 from specplan.config import CostConfig
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost
-from specplan.cost_models.measurements import COLUMNS, forward_points
-from specplan.cost_models.profile import ProfileCostModel, Provenance, parse_profile, read_profile, write_profile
+from specplan.cost_models.profile import ProfileCostModel, parse_profile, read_profile, write_profile
 from specplan.cost_models.registry import cost_model_from_profile, make_cost_model
 from specplan.errors import ConfigError
 
@@ -85,6 +81,17 @@ def test_extrapolation_warns_once_naming_the_range():
     assert m._g(2000) == pytest.approx(11e-3 + 1000 * 1e-5)
 
 
+def test_extrapolation_never_goes_downhill_or_below_zero():
+    """Noisy end segments (falling at the top, steep at the bottom) are extended flat and floored at 0:
+    the model's time never drops past the grid and never goes negative, as a linear extension would."""
+    m = model(token_time={"tokens": [10, 100, 1000], "seconds": [1e-4, 6e-3, 5e-3]})
+    with pytest.warns(UserWarning):
+        assert m._g(5000) == pytest.approx(5e-3)  # last slope -1e-6 per token: held flat at 5 ms
+        assert m._g(1) == 0.0  # first slope 5.9e-3 / 90 per token would give 1e-4 - 5.9e-4 < 0
+        assert m._g(9) == pytest.approx(1e-4 - 5.9e-3 / 90)  # still positive: the linear extension
+        assert m.step_time(chunk(1_000_000)) > m.step_time(chunk(1000)) > 0
+
+
 def test_continuous_across_knots():
     m = model()
     times = np.array([m.step_time(chunk(n)) for n in range(1, 1001)])
@@ -125,36 +132,3 @@ def test_profile_round_trips_through_write_and_make_cost_model(tmp_path):
                                             host_overhead_per_seq_s=0.0, cuda_graph_padding=False))
     assert via_config.step_time(StepBatch.decode(3, 2, 100)) == model().step_time(StepBatch.decode(3, 2, 100))
     assert cost_model_from_profile(str(path)).name == "profile"
-
-
-def test_fit_recovers_a_known_profile_on_the_calibration_grid():
-    """Synthetic measurements from a known truth (piecewise linear g on the tokens-sweep knots, linear
-    attention) are fitted back exactly."""
-    points = build_points(CPU_GRID)
-    knots = np.array(sorted({p.num_tokens for p in points if p.sweep == "tokens"}), dtype=float)
-    g_truth = 1e-3 + 2e-5 * knots + 1e-3 * np.sqrt(knots) / np.sqrt(knots[-1])
-    lm_n = np.array(sorted({p.num_tokens for p in points if p.kind == "lm_head"}), dtype=float)
-    lm_truth = 5e-5 + 1e-6 * lm_n
-    a_kv, a_dec, a_pre = 3e-8, 2e-9, 1e-9
-    recs = []
-    for p in points:
-        if p.kind == "lm_head":
-            t = float(np.interp(p.num_tokens, lm_n, lm_truth))
-        else:
-            work = p.batch * p.query_len * (p.context + (p.query_len + 1) / 2)
-            t = (float(np.interp(p.num_tokens, knots, g_truth)) + float(np.interp(p.logit_tokens, lm_n, lm_truth))
-                 + a_kv * p.batch * (p.context + p.query_len) + (a_pre if p.is_prefill else a_dec) * work)
-        recs.append({"kind": p.kind, "sweep": p.sweep, "point": p.key, "pass": 0, "mode": "wall", "batch": p.batch,
-                     "query_len": p.query_len, "context": p.context, "is_prefill": p.is_prefill,
-                     "num_tokens": p.num_tokens, "logit_tokens": p.logit_tokens, "replays": 1, "seconds": t})
-    df = pd.DataFrame(recs, columns=list(COLUMNS))
-    pts = forward_points(df)
-    profile = build_profile(pts, lm_head_curve(df, "wall"), name="truth",
-                            provenance=Provenance(kind="measured", source="synthetic"),
-                            model_shape={"name": "tiny", "num_layers": 4, "hidden": 256, "vocab": 2048},
-                            gpu=None, tp=8, dtype="fp32")
-    assert np.allclose(profile.token_time.seconds, g_truth, rtol=1e-6)
-    att = profile.attention
-    assert np.allclose([att.kv_s_per_token, att.decode_work_s, att.prefill_work_s], [a_kv, a_dec, a_pre], rtol=1e-5)
-    # A TP shard's profile predicts what was measured: the shard's forward, no communication.
-    assert np.allclose(predict_points(profile, pts), pts["seconds"], rtol=1e-6)

@@ -91,6 +91,30 @@ def test_recommend_finds_the_schedule_known_by_construction(tmp_path, monkeypatc
     assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 8, K_MAX], [9, 16, 0]]
 
 
+def test_nothing_meets_the_slo_exits_3_without_engine_configs(tmp_path, monkeypatch, capsys):
+    """A TPOT SLO of 1 us: every step takes 10 ms, so no request of any candidate qualifies."""
+    from specplan.cli import main
+
+    config = tmp_path / "scenario.yaml"
+    config.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "rec"
+    out.mkdir()
+    (out / "trtllm_speculative_config.yaml").write_text("left by an earlier run\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["recommend", str(config), "--slo-tpot-ms", "0.001", "--max-draft-len", "2", "--probe-requests", "1",
+              "--workers", "1", "--out", str(out), "--no-progress"])
+    assert exit_info.value.code == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "no configuration meets the SLO (TPOT <= 0.001 ms)" in err[0]
+    # every step takes at least T and commits at most 1 + 2 tokens (K <= 2): the closest TPOT is >= T / 3
+    tpot_ms = float(err[0].split("p99 TPOT ")[1].split(" ms")[0])
+    assert tpot_ms >= T * 1e3 / 3
+    summary = json.loads((out / "recommendation.json").read_text())
+    assert summary["meets_slo"] is False and summary["recommended"] is None
+    assert all(g == 0 for gs in summary["goodput_tok_s"].values() for g in gs)
+    assert not (out / "trtllm_speculative_config.yaml").exists() and not (out / "vllm_speculative_config.json").exists()
+
+
 @pytest.mark.parametrize("spec,trt,vllm", [
     ({"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 4, "draft_len_schedule": {4: 3, 32: 1},
       "acceptance_rate_window_size": 64, "acceptance_rate_threshold": 0.25},

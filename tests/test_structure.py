@@ -88,8 +88,8 @@ def test_data_flows_one_way():
     edges = import_graph()
     # Workloads produce requests and know nothing of acceptance, the simulator or costs.
     assert not edges["workloads"] & {"acceptance", "simulator", "cost_models", "sweeps", "reports"}
-    # The schema is the bottom layer: config reads no other subpackage but errors and its rules.
-    assert edges["config"] <= {"errors", "config_rules"}
+    # The schema is the bottom layer: config reads no other subpackage but errors, its rules and strict YAML.
+    assert edges["config"] <= {"errors", "config_rules", "strict_yaml"}
     assert not edges["acceptance"] & {"simulator", "sweeps", "reports", "cli"}
 
 

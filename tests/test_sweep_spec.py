@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from specplan.errors import ConfigError
-from specplan.sweeps.spec import expand, parse_sweep, read_sweep
+from specplan.sweeps.spec import check_size, count_points, expand, parse_sweep, read_sweep
 
 BASE = {
     "seed": 3,
@@ -44,6 +44,20 @@ def test_grid_then_zip_then_seeds_in_order():
     # fields no axis touches keep the base's values
     assert {p.config.acceptance.alpha for p in points} == {0.7}
     assert spec.axes == ["speculation.max_draft_len", "workload.rate", "engine.max_batch_size", "workload.concurrency"]
+
+
+def test_points_are_counted_before_expanding_and_a_huge_grid_is_refused():
+    spec = parse_sweep(_spec(grid={"speculation.max_draft_len": [1, 3], "workload.rate": [2.0, 4.0, 8.0]},
+                             zip={"engine.max_batch_size": [4, 8]}, seeds=[0, 1, 2]), "s.yaml")
+    assert count_points(spec) == len(expand(spec)) == 2 * 3 * 2 * 3
+    assert check_size(spec, 36) == 36
+    # refused from the axis lengths alone, before any point is built
+    huge = parse_sweep(_spec(grid={f"workload.{f}": list(range(1, 11)) for f in ("rate", "concurrency")}
+                             | {f"engine.{f}": list(range(1, 11)) for f in ("max_batch_size", "max_num_tokens")}),
+                       "big.yaml")
+    assert count_points(huge) == 10 ** 4
+    with pytest.raises(ConfigError, match=r"big.yaml: 10,000 points \(workload.rate 10 x .*\) exceed --max-points 9,999"):
+        check_size(huge, 9_999)
 
 
 def test_without_seeds_the_base_seed_is_used_and_sections_can_be_axes():

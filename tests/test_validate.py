@@ -76,7 +76,7 @@ def test_report_numbers_follow_from_iterations_csv(validated):
         assert float(np.percentile(np.abs(err), 90)) == pytest.approx(sc["per_iteration"]["p90_ape"], rel=1e-9)
         assert float(np.median(err)) == pytest.approx(sc["per_iteration"]["bias"], rel=1e-9)
         assert f"| {name} | {len(t)} | {median_ape:.1%} |" in report
-        # The host share is the documented default (126 us per step + 4 us per sequence, cost_models/options.py)
+        # The host share is the documented default (126 us per step + 4 us per sequence, CostConfig in config.py)
         # and nothing is charged for drafting on rows that did not draft.
         np.testing.assert_allclose(t["pred_host_s"], 126e-6 + 4e-6 * t["batch_rows"], rtol=1e-9)
         assert (t.loc[t["drafting_rows"] == 0, "pred_draft_s"].abs() < 1e-15).all()

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from specplan.errors import SpecplanError
+from specplan.errors import SpecplanError, one_line
 
 app = typer.Typer(
     name="specplan",
@@ -26,23 +26,60 @@ for _name in _COMMAND_MODULES:
     importlib.import_module(f"specplan.cli.{_name}").register(app)
 
 
-def main() -> None:
-    """Console entry point: user errors print one line on stderr and exit 2, never a traceback."""
-    try:
-        code = app(standalone_mode=False)  # a command's typer.Exit(code) comes back as its return value
-        if isinstance(code, int) and code:
-            sys.exit(code)
-    except SpecplanError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as exc:  # click usage errors
-        import click
+def _usage_error_types() -> tuple[type, ...]:
+    """The ClickException classes that can be raised: typer >= 0.29 bundles its own copy of click (and
+    need not install click at all); older typer raises click's. Only modules already imported can raise."""
+    names = ("typer._click.exceptions", "click.exceptions")
+    return tuple(mod.ClickException for mod in map(sys.modules.get, names) if mod is not None)
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+
+def _usage_message(exc) -> str:
+    """``Error``-free click wording, plus which command's ``--help`` to read."""
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return one_line(exc.format_message()) + hint
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: user errors print one line on stderr and exit 2, never a traceback.
+
+    The one error path: specplan's own errors, click/typer usage errors (whichever copy raised them),
+    pydantic validation errors that escaped a loader, and operating-system errors on a named file.
+    """
+    from pydantic import ValidationError
+
+    from specplan.config import format_validation_error
+
+    usage_errors = _usage_error_types()
+    try:
+        code = app(args=argv, prog_name="specplan", standalone_mode=False)
+    except SpecplanError as exc:
+        _fail(one_line(exc))
+    except (typer.Exit, *_exit_types()) as exc:
+        sys.exit(getattr(exc, "exit_code", 0))
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    except ValidationError as exc:
+        _fail(format_validation_error(exc, "input"))
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
+    except usage_errors as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help is the answer
+            print(exc.ctx.get_help(), file=sys.stderr)
+            sys.exit(2)
+        _fail(_usage_message(exc))
+    if isinstance(code, int) and code:  # a command's own exit status; success returns to the caller
+        sys.exit(code)
+
+
+def _exit_types() -> tuple[type, ...]:
+    """click's own Exit classes (``ctx.exit``), next to typer's."""
+    names = ("typer._click.exceptions", "click.exceptions")
+    return tuple(getattr(mod, "Exit") for mod in map(sys.modules.get, names) if mod is not None and hasattr(mod, "Exit"))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)

@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
         from specplan.acceptance.drafters.settings import KINDS
         from specplan.config_rules import canonical_decoding_type
         from specplan.errors import ConfigError
+        from specplan.outputs import check_output_dir, check_output_file
         from specplan.workloads import load_workload
 
         if fmt not in ("table", "json"):
@@ -86,6 +87,10 @@ def register(app: typer.Typer) -> None:
         kind = canonical_decoding_type(drafter)
         if kind not in KINDS:
             raise typer.BadParameter(f"--drafter must be one of {', '.join(KINDS)} (or their lower-case spellings)")
+        if dump_steps is not None:
+            check_output_file(dump_steps, "--dump-steps")
+        if cache_dir is not None:
+            check_output_dir(cache_dir, "--cache-dir")
         k = max_draft_len if max_draft_len is not None else default_k(kind, suffix_max_tree_depth)
         # The same pydantic model as a scenario's speculation section: the same values are refused alike.
         settings = DrafterSettings(

@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
 
             raise ConfigError("--model: required to measure a model (or give --from-logs FILE to fit from engine logs)")
         from specplan.calibration.runner import run_calibration
+        from specplan.outputs import check_output_dir
 
+        check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
         run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
                         repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)

@@ -21,6 +21,7 @@ from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
 from specplan.cost_models.models import MODELS
 from specplan.cost_models.registry import bundled_profile_names, cost_model_from_profile, load_profile
+from specplan.outputs import check_output_file
 
 profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
 
@@ -69,6 +70,7 @@ def plot(
 ) -> None:
     """Draw T(B, 1) and gamma(B, K) against B, one curve per K; a measured profile's curves are dashed
     where they extrapolate past its calibration grid, the batch sizes beyond it shaded."""
+    check_output_file(out)
     model = cost_model_from_profile(name)
     measured = load_profile(name)[0].measured_range
     with warnings.catch_warnings():  # the figure marks the extrapolation; no per-dimension warnings

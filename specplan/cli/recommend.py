@@ -15,6 +15,7 @@ from specplan.errors import ConfigError
 TRTLLM_FILE = "trtllm_speculative_config.yaml"
 VLLM_FILE = "vllm_speculative_config.json"
 SUMMARY_FILE = "recommendation.json"
+NO_CONFIG_EXIT = 3  # the search ran, but no candidate has goodput under the SLOs (README, "recommend")
 RECOMMENDED_FIELDS = ("decoding_type", "max_draft_len", "draft_len_schedule", "acceptance_rate_window_size",
                       "acceptance_rate_threshold")
 
@@ -78,6 +79,19 @@ def _print(console: Console, rec) -> None:
                   f"{_pct(rec.gain(rec.best_fixed.name))} against the best fixed K ({rec.best_fixed.name}).")
 
 
+def _no_config(rec, slo_tpot_ms: float, slo_ttft_ms: Optional[float], out: Path) -> None:
+    """Say that nothing qualifies, with the closest candidate seen, and exit ``NO_CONFIG_EXIT``."""
+    cand, row = rec.closest()
+    tpot, ttft = row["tpot_s"]["p99"], row["ttft_s"]["p99"]
+    seen = (f"{cand.name}: p99 TPOT {tpot * 1e3:.3g} ms" if tpot is not None else f"{cand.name}: no TPOT measured")
+    seen += f", p99 TTFT {ttft * 1e3:.3g} ms" if ttft is not None else ""
+    slo = f"TPOT <= {slo_tpot_ms:g} ms" + (f", TTFT <= {slo_ttft_ms:g} ms" if slo_ttft_ms else "")
+    typer.echo(f"error: no configuration meets the SLO ({slo}): every candidate's goodput is 0; closest was "
+               f"{seen}. No engine config written ({out / SUMMARY_FILE} has the figures); relax the SLO or change "
+               "the scenario.", err=True)
+    raise typer.Exit(NO_CONFIG_EXIT)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def recommend(
@@ -101,6 +115,7 @@ def register(app: typer.Typer) -> None:
         from specplan.config import load_config
         from specplan.engine_config import export
         from specplan.atomic import atomic_write_text
+        from specplan.outputs import check_output_dir
         from specplan.sweeps.records import RecordStore
         from specplan.sweeps.recommend import recommend as search
         from specplan.sweeps.runners import make_runner
@@ -110,18 +125,20 @@ def register(app: typer.Typer) -> None:
         from specplan.engine_config import engine_config_layer
 
         cfg = load_config(config, set_, engine_config_layer(engine_config))
+        check_output_dir(out)
         console = Console()
         console.print(f"Searching {cfg.engine.engine} {cfg.speculation.decoding_type} up to max_batch_size "
                       f"{cfg.engine.max_batch_size} for the most goodput under TPOT <= {slo_tpot_ms:g} ms"
                       + (f", TTFT <= {slo_ttft_ms:g} ms" if slo_ttft_ms else "") + ".")
-        out.mkdir(parents=True, exist_ok=True)
         with make_runner(backend, workers, address) as runner:
             rec = search(cfg, runner, RecordStore(out / "records"), slo_tpot_s=slo_tpot_ms / 1e3,
                          slo_ttft_s=slo_ttft_ms / 1e3 if slo_ttft_ms else None, rates=_numbers(rates, "--rates"),
                          k_max=max_draft_len, band_edges=_numbers(bands, "--bands", int),
                          probe_requests_per_client=probe_requests, gate_window=gate_window, progress=progress)
-        _print(console, rec)
+        if rec.meets_slo:
+            _print(console, rec)
         summary = {
+            "meets_slo": rec.meets_slo,
             "recommended": rec.recommended.model_dump(mode="json", include=set(RECOMMENDED_FIELDS)) if rec.speculates else None,
             "gate_note": rec.gate_note,
             "gain_vs_no_speculation": rec.gain(rec.none.name),
@@ -134,7 +151,11 @@ def register(app: typer.Typer) -> None:
         }
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_text(out / SUMMARY_FILE, text)
-        if not rec.speculates:
+        if not rec.speculates:  # a config left by an earlier run here would read as this run's advice
+            for stale in (TRTLLM_FILE, VLLM_FILE):
+                (out / stale).unlink(missing_ok=True)
+        if not rec.meets_slo:
+            _no_config(rec, slo_tpot_ms, slo_ttft_ms, out)
             console.print(f"Wrote {out / SUMMARY_FILE}; no engine configs, since speculation does not pay here.")
             return
         simulated = cfg.engine.engine

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from specplan.config import SimConfig, load_config
 from specplan.errors import ConfigError
+from specplan.outputs import check_output_dir
 
 SUMMARY_KEYS = (
     "completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
@@ -125,6 +126,8 @@ def register(app: typer.Typer) -> None:
         from specplan.engine_config import engine_config_layer
 
         cfg = load_config(config, set_, engine_config_layer(engine_config))
+        if out is not None:
+            check_output_dir(out)
         cost = build_cost(cfg)
         console = make_console(stderr=fmt != "table")
         resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from specplan.cli.output import console as make_console
+from specplan.sweeps.spec import DEFAULT_MAX_POINTS
 
 FAILED_EXIT = 1
 
@@ -52,13 +53,16 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
         engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the sweep's base (see specplan config import)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate, count the runs, estimate the time; run nothing."),
+        max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", min=1,
+                                       help="Refuse a sweep of more points than this (grid x zip x seeds)."),
     ) -> None:
         """Run every point of a sweep (skipping those already recorded in --out) and write the result table.
 
         Exits 1 when some points failed (listed at the end and in DIR/failures.jsonl)."""
+        from specplan.outputs import check_output_dir
         from specplan.sweeps.runners import make_runner
-        from specplan.sweeps.spec import read_sweep
-        from specplan.sweeps.sweep import FAILURES_FILE, TABLE_FILE, run_sweep
+        from specplan.sweeps.spec import check_size, read_sweep
+        from specplan.sweeps.sweep import FAILURES_FILE, TABLE_FILE, run_sweep, runnable_plan
 
         console = make_console(stderr=True)
         sweep_spec = read_sweep(spec)
@@ -68,8 +72,11 @@ def register(app: typer.Typer) -> None:
             from specplan.engine_config import import_engine_config, merge_sections
 
             sweep_spec = replace(sweep_spec, base=merge_sections(sweep_spec.base, import_engine_config(engine_config).sections))
-        if dry_run:
+        check_size(sweep_spec, max_points)
+        if dry_run:  # writes nothing, so the folder is not made
             raise typer.Exit(_dry_run(console, sweep_spec, out, workers))
+        check_output_dir(out)
+        runnable_plan(sweep_spec, out)  # before the header: a sweep with no valid point is one line
         failures: list = []
         with make_runner(backend, workers, address) as runner:
             console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "

@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Random weights."),
     ) -> None:
         """Simulate scenarios, replay every iteration for real, report per-iteration and end-to-end error."""
+        from specplan.outputs import check_output_dir
         from specplan.validation.runner import run_validation
 
+        check_output_dir(out)
         run_validation(profile, out, device=device, scenarios=scenario or list(BUNDLED), model=model,
                        threads=threads, seed=seed, warmup=warmup, attention=attention)

@@ -81,8 +81,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write a trace as a token trace (JSON lines of prompt and output token ids)."""
         from specplan.workloads.formats import load_workload
+        from specplan.outputs import check_output_file
         from specplan.workloads.tokentrace import write_token_trace
 
+        check_output_file(out)
         requests = load_workload(name, format=fmt, tokenizer=tokenizer, template=template)
         write_token_trace(requests, out)
         typer.echo(f"wrote {len(requests)} requests to {out}")

@@ -32,7 +32,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from specplan.config import StrictModel, format_validation_error
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
 
 HOST_SPEEDUP = {"NGram": 1.0, "AUTO": 1.0, "pld": 1.0, "suffix": 1.0, "vllm_ngram": 25.0}
 GPU_DRAFTERS = ("SA",)
@@ -125,9 +125,9 @@ def _read_draft_costs(path: Optional[str]) -> DraftCostFile:
         source = "bundled draft_costs.yaml"
     else:
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read draft costs ({exc.strerror})") from None
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read draft costs ({read_failure(exc)})") from None
         source = str(path)
     try:
         return DraftCostFile.model_validate(yaml.safe_load(text))

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     """A ``ModelSpec`` from a HuggingFace ``config.json``; errors name the file and the field."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read model config ({exc.strerror})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read model config ({read_failure(exc)})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):

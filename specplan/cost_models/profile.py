@@ -11,8 +11,9 @@ A profile file (YAML, ``format: specplan-profile/1``) is either
   activations, embedding), ``h`` piecewise linear over the measured LM-head grid, and attention
   linear in the KV tokens touched and in the score work ``W = sum q * (ctx + (q + 1) / 2)`` of
   generation rows and of prefill rows (``terms`` module). Continuous everywhere; outside the measured
-  range ``g`` and ``h`` extend their end segments and the model warns once per dimension, naming the
-  range. TP communication is analytic (a calibrate run measures one GPU's shard);
+  range ``g`` and ``h`` extend their end segments, never downhill (a falling end segment, measurement
+  noise, is extended flat, so no extrapolation goes below the nearest measured time), and the model
+  warns once per dimension, naming the range. TP communication is analytic (a calibrate run measures one GPU's shard);
 - **analytic** (``provenance.kind: analytic``): a named roofline, ``gpu``, ``model``, ``tp`` and ``dtype``;
   ``registry.cost_model_from_profile`` builds a ``RooflineCostModel`` from it.
 """
@@ -20,6 +21,7 @@ A profile file (YAML, ``format: specplan-profile/1``) is either
 from __future__ import annotations
 
 import bisect
+import math
 import warnings
 from pathlib import Path
 from typing import Literal, Optional
@@ -33,7 +35,8 @@ from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.config import CostConfig
 from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, read_failure
+from specplan.strict_yaml import strict_load
 
 PROFILE_FORMAT = "specplan-profile/1"
 
@@ -52,17 +55,19 @@ class Curve(_Strict):
             raise ValueError("tokens and seconds must have the same length")
         if self.tokens[0] < 1 or any(b <= a for a, b in zip(self.tokens, self.tokens[1:])):
             raise ValueError("tokens must be increasing positive integers")
-        if any(s < 0 for s in self.seconds):
-            raise ValueError("seconds must be >= 0")
+        if any(not math.isfinite(s) or s < 0 for s in self.seconds):
+            raise ValueError("seconds must be finite and >= 0")
+        if not any(s > 0 for s in self.seconds):
+            raise ValueError("seconds must not all be 0 (a step takes time)")
         return self
 
 
 class AttentionTerms(_Strict):
     """Attention seconds per KV token touched and per unit of score work (whole model, one GPU)."""
 
-    kv_s_per_token: float = Field(ge=0)
-    decode_work_s: float = Field(ge=0)
-    prefill_work_s: float = Field(ge=0)
+    kv_s_per_token: float = Field(ge=0, allow_inf_nan=False)
+    decode_work_s: float = Field(ge=0, allow_inf_nan=False)
+    prefill_work_s: float = Field(ge=0, allow_inf_nan=False)
 
 
 class MeasuredRange(_Strict):
@@ -72,6 +77,14 @@ class MeasuredRange(_Strict):
     logit_tokens: tuple[int, int]
     max_context: int = Field(ge=0)
     max_batch: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "MeasuredRange":
+        for name in ("tokens", "logit_tokens"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{name}: expected [low, high] with 1 <= low <= high, got [{lo}, {hi}]")
+        return self
 
 
 class ModelShape(_Strict):
@@ -130,7 +143,7 @@ class ProfileFile(_Strict):
 def parse_profile(text: str, source: str) -> ProfileFile:
     """Validate profile YAML text; one-line ``ConfigError`` naming ``source`` and the field."""
     try:
-        data = yaml.safe_load(text)
+        data = strict_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -144,9 +157,9 @@ def parse_profile(text: str, source: str) -> ProfileFile:
 def read_profile(path: str | Path) -> ProfileFile:
     """Load and validate a profile file."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read profile ({exc.strerror})") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read profile ({read_failure(exc)})") from None
     return parse_profile(text, str(path))
 
 
@@ -157,7 +170,9 @@ def write_profile(profile: ProfileFile, path: str | Path) -> None:
 
 
 class Segments:
-    """Piecewise-linear curve, extended linearly past its ends."""
+    """Piecewise-linear curve through the knots; past either end, the end segment extended with its slope
+    clamped at >= 0 and the value floored at 0, so extrapolation never predicts a negative or shrinking
+    time from a noisy end segment."""
 
     def __init__(self, curve: Curve) -> None:
         self.x = [float(t) for t in curve.tokens]
@@ -165,7 +180,11 @@ class Segments:
 
     def __call__(self, n: float) -> float:
         x, y = self.x, self.y
-        i = min(max(bisect.bisect_right(x, n) - 1, 0), len(x) - 2)
+        if n > x[-1]:
+            return y[-1] + max(y[-1] - y[-2], 0.0) / (x[-1] - x[-2]) * (n - x[-1])
+        if n < x[0]:
+            return max(y[0] + max(y[1] - y[0], 0.0) / (x[1] - x[0]) * (n - x[0]), 0.0)
+        i = min(bisect.bisect_right(x, n) - 1, len(x) - 2)
         return y[i] + (y[i + 1] - y[i]) * (n - x[i]) / (x[i + 1] - x[i])
 
 

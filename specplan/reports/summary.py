@@ -36,6 +36,7 @@ from specplan.reports.analysis import (acceptance_length_distribution, label_row
 from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore
 from specplan.sweeps.sweep import FAILURES_FILE, RECORDS_DIR, open_sweep
+from specplan.outputs import check_output_dir
 
 REPORT_FILE = "report.md"
 BATCH_AXES = ("workload.concurrency", "engine.max_batch_size")
@@ -94,8 +95,7 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
     returns the Markdown path."""
     sweep_dir = Path(sweep_dir)
     spec, points, table = open_sweep(sweep_dir)
-    out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(Path(out_dir) if out_dir is not None else Path(sweep_dir) / "report")
     axes = spec.axes
     failed = _failures(sweep_dir)
     md = [f"# Sweep report: {spec.source}", ""]

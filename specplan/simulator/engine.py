@@ -35,6 +35,7 @@ from specplan.simulator import control
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
 from specplan.simulator.frontend import Frontend
+from specplan.simulator.emissions import EmissionLog
 from specplan.simulator.kv import KVBlockPool
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.simulator.paths import PATHS
@@ -51,7 +52,7 @@ class Trace:
     run ends."""
 
     iterations: list = field(default_factory=list)
-    emissions: list = field(default_factory=list)  # (rid array, time, tokens array) per iteration
+    emissions: EmissionLog = field(default_factory=EmissionLog)  # one row per emitted chunk
     accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
     gate_tripped_iteration: Optional[int] = None
@@ -240,7 +241,7 @@ class Executor:
         emitted = commit > 0
         st.emits[rows] += emitted
         self.rewind_kv_cache(rows, ctx_rows, emitted)
-        self.trace.emissions.append((rows[emitted], now, commit[emitted]))
+        self.trace.emissions.append(rows[emitted], now, commit[emitted])
         self.oracle.on_commit(rows[emitted], st.generated[rows[emitted]])
         return commit
 

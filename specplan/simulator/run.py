@@ -14,6 +14,7 @@ import pandas as pd
 
 from specplan.atomic import atomic_write
 from specplan.config import SimConfig
+from specplan.errors import ConfigError
 from specplan.simulator import metrics
 from specplan.simulator.engine import Executor
 from specplan.simulator.inputs import EngineSettings, Workload
@@ -184,6 +185,9 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
         observe(ex)
     trace = ex.run()
     req = metrics.request_table(trace, requests)
+    if cfg.max_sim_time_s is not None and not req["finish_s"].notna().any():
+        raise ConfigError(f"max_sim_time_s: {cfg.max_sim_time_s:g} s of simulated time ended the run before any "
+                          "request completed; raise it or remove it")
     its = metrics.iteration_table(trace)
     em = metrics.emission_table(trace)
     summary = metrics.summarize(trace, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)

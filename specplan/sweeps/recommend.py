@@ -149,8 +149,24 @@ class Recommendation:
         return self.goodput(self.best.name) / base - 1.0 if base > 0 else None
 
     @property
+    def meets_slo(self) -> bool:
+        """Whether any candidate has goodput at all (some request within the SLOs); if none does, there is
+        nothing to recommend, whatever ranks first on throughput."""
+        return self.goodput(self.best.name) > 0
+
+    def closest(self) -> tuple[Candidate, dict]:
+        """The candidate nearest the TPOT SLO (smallest worst p99 TPOT over the scenarios) and that summary."""
+        def worst(name: str) -> tuple[float, dict]:
+            rows = [r for r in self.results[name] if r["tpot_s"]["p99"] is not None]
+            row = max(rows, key=lambda r: r["tpot_s"]["p99"]) if rows else self.results[name][0]
+            return (row["tpot_s"]["p99"] if rows else float("inf")), row
+
+        best = min(self.candidates, key=lambda c: worst(c.name)[0])
+        return best, worst(best.name)[1]
+
+    @property
     def speculates(self) -> bool:
-        return self.best.name != self.none.name
+        return self.meets_slo and self.best.name != self.none.name
 
     @property
     def recommended(self) -> SpeculationConfig:
@@ -218,6 +234,9 @@ def recommend(cfg: SimConfig, runner: Runner, store: RecordStore, *, slo_tpot_s:
         raise ConfigError("--max-draft-len: must be >= 1")
     if probe_requests_per_client < 1:
         raise ConfigError("--probe-requests: must be >= 1")
+    if gate_window < 1:
+        raise ConfigError("--gate-window: must be >= 1 (TensorRT-LLM reads acceptance_rate_window_size 0 as "
+                          "no gate)")
     mbs = cfg.engine.max_batch_size
     bands = bands_from_edges(band_edges or default_band_edges(mbs), mbs)
     caps = range(1, k_max + 1)
@@ -262,7 +281,9 @@ def recommend(cfg: SimConfig, runner: Runner, store: RecordStore, *, slo_tpot_s:
     best_fixed = max(fixed, key=lambda c: score(c.name))
     rec = Recommendation(bands, band_k, band_goodput, [s for s, _ in scenarios], candidates, results,
                          best, best_fixed, none, keys=schedule_keys(cfg))
-    if not rec.speculates:
+    if not rec.meets_slo:
+        rec.gate_note = "no configuration meets the SLO, so no gate"
+    elif not rec.speculates:
         rec.gate_note = "speculation does not pay here, so no gate"
     elif cfg.engine.engine != "trtllm":
         rec.gate_note = f"{cfg.engine.engine} has no SpeculationGate"

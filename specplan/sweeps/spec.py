@@ -34,6 +34,9 @@ from specplan.config import SimConfig, build_config, read_yaml, set_dotted
 from specplan.errors import ConfigError
 
 SPEC_KEYS = ("base", "grid", "zip", "seeds", "baseline")
+# Points a sweep may expand to unless --max-points raises it: validating a point takes about a
+# millisecond and each run seconds, so a grid far past this is a typo, not a plan.
+DEFAULT_MAX_POINTS = 10_000
 DEFAULT_BASE = Path(__file__).resolve().parent.parent / "data" / "default.yaml"
 
 
@@ -159,6 +162,28 @@ def read_sweep(path: str | Path) -> SweepSpec:
     """Read and parse a sweep YAML file (a base path inside is relative to the file)."""
     path = Path(path)
     return parse_sweep(read_yaml(path), str(path), path.parent)
+
+
+def count_points(spec: SweepSpec) -> int:
+    """How many points ``expand`` would make, counted from the axis lengths without expanding."""
+    n = 1
+    for values in spec.grid.values():
+        n *= len(values)
+    if spec.zip:
+        n *= len(next(iter(spec.zip.values())))
+    return n * (len(spec.seeds) if spec.seeds is not None else 1)
+
+
+def check_size(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> int:
+    """The point count, or one line naming the axes' sizes when it exceeds ``max_points``."""
+    n = count_points(spec)
+    if n > max_points:
+        sizes = [f"{k} {len(v)}" for k, v in spec.grid.items()]
+        sizes += [f"zip {len(next(iter(spec.zip.values())))}"] if spec.zip else []
+        sizes += [f"seeds {len(spec.seeds)}"] if spec.seeds is not None else []
+        raise ConfigError(f"{spec.source}: {n:,} points ({' x '.join(sizes)}) exceed --max-points {max_points:,}; "
+                          "shrink the grid or raise --max-points")
+    return n
 
 
 def expand(spec: SweepSpec, invalid: Optional[list[InvalidPoint]] = None) -> list[Point]:

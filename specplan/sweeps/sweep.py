@@ -29,7 +29,7 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from specplan.errors import ConfigError, SpecplanError
+from specplan.errors import ConfigError, SpecplanError, one_line
 from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore, config_json, config_key
 from specplan.sweeps.runners import SHARED, RunFailure, Runner, execute, make_runner, run_record, unique_configs
@@ -87,6 +87,15 @@ def plan_sweep(spec: SweepSpec, out_dir: str | Path) -> SweepPlan:
     records = Path(out_dir) / RECORDS_DIR
     recorded = {k for k in runs if RecordStore(records).has(k)} if records.is_dir() else set()
     return SweepPlan(spec, points, invalid, runs, recorded)
+
+
+def runnable_plan(spec: SweepSpec, out_dir: str | Path) -> SweepPlan:
+    """``plan_sweep``, refusing (one line, the first point's error) a sweep none of whose points is valid:
+    that is bad input, not a sweep with failures."""
+    plan = plan_sweep(spec, out_dir)
+    if plan.invalid and not plan.points:
+        raise ConfigError(plan.invalid[0].error)
+    return plan
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, runner: Optional[Runner] = N
     appended there too and the table holds the rest, otherwise the first one raises its error
     (after the others have run and the table is written).
     """
-    plan = plan_sweep(spec, out_dir)
+    plan = runnable_plan(spec, out_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(spec.to_dict(), sort_keys=False)
@@ -196,7 +205,11 @@ def open_sweep(sweep_dir: str | Path) -> tuple[SweepSpec, list[Point], pd.DataFr
         if not path.is_file():
             raise SpecplanError(f"{path}: missing (is {root} a sweep folder? run `specplan sweep SPEC --out {root}`)")
     spec = read_sweep(spec_path)
-    table = pd.read_parquet(table_path)
+    try:
+        table = pd.read_parquet(table_path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SpecplanError(f"{table_path}: not a readable Parquet table ({one_line(exc)}); re-run "
+                            f"`specplan sweep SPEC --out {root}` to rebuild it from the records") from None
     ran = set(table["key"]) if "key" in table.columns else set()
     # the points the table holds, in its order (those that failed are in failures.jsonl)
     return spec, [p for p in expand(spec, []) if config_key(p.config) in ran], table

@@ -11,13 +11,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from specplan.atomic import atomic_path
-from specplan.errors import TraceError
+from specplan.errors import TraceError, one_line, read_failure
 
 def open_text(path: Path, mode: str):
     """Open text for reading or writing, through gzip when the name ends in ``.gz``."""
@@ -48,11 +49,16 @@ def read_text(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
-    with open_text(path, "r") as fh:
-        try:
+    try:
+        with open_text(path, "r") as fh:
             return fh.read()
-        except UnicodeDecodeError as exc:
-            raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: {read_failure(exc)}") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a .gz that is not gzip, or cut short
+        raise TraceError(f"{path}: not a complete gzip file ({one_line(exc) or type(exc).__name__}); "
+                         "re-download or re-export it, or drop the .gz suffix if it is plain text") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({read_failure(exc)})") from None
 
 
 def _line_of(text: str, offset: int) -> int:

@@ -5,6 +5,7 @@ limit the request ran with, at least the output's length). Gzip-compressed when 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Iterable
@@ -13,6 +14,7 @@ from specplan.errors import TraceError
 from specplan.workloads.records import iter_records, write_jsonl
 from specplan.workloads.request import Request
 
+MAX_TOKEN_ID = 2**31 - 1  # token ids are held as int32, the engines' dtype
 _OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float), "max_new_tokens": int}
 
 
@@ -23,6 +25,9 @@ def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -
         raise TraceError(f"{path}:{lineno}: field '{field}' is empty; every request needs at least one token")
     if any(t < 0 for t in value):
         raise TraceError(f"{path}:{lineno}: field '{field}' holds a negative token id")
+    if any(t > MAX_TOKEN_ID for t in value):
+        raise TraceError(f"{path}:{lineno}: field '{field}' holds a token id above {MAX_TOKEN_ID} (ids are int32, "
+                         "as the engines store them)")
     return value
 
 
@@ -39,6 +44,9 @@ def parse_token_record(obj, path: Path, lineno: int) -> Request:
             if not isinstance(obj[name], typ) or isinstance(obj[name], bool):
                 raise TraceError(f"{path}:{lineno}: field '{name}' has the wrong type ({type(obj[name]).__name__})")
             kwargs[name] = obj[name]
+    arrival = kwargs.get("arrival_s")
+    if arrival is not None and not (math.isfinite(arrival) and arrival >= 0):
+        raise TraceError(f"{path}:{lineno}: field 'arrival_s' must be a finite time >= 0 seconds, got {arrival}")
     if "session" in kwargs:
         kwargs["session"] = str(kwargs["session"])
     output_ids = _token_list(obj["output_ids"], path, lineno, "output_ids", allow_empty=False)

@@ -17,6 +17,28 @@ def lcp(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+def distinct_requests(requests) -> tuple[list, np.ndarray]:
+    """The distinct requests by token arrays, and for each request the index of its distinct one.
+
+    Copies of one trace request (sampling with replacement) share its token arrays, so they share
+    one history and one set of precomputed tables instead of a copy each.
+    """
+    index: dict[tuple[int, int], int] = {}
+    distinct = []
+    copy_of = np.empty(len(requests), dtype=np.int64)
+    for i, r in enumerate(requests):
+        j = index.setdefault((id(r.prompt_ids), id(r.output_ids)), len(distinct))
+        if j == len(distinct):
+            distinct.append(r)
+        copy_of[i] = j
+    return distinct, copy_of
+
+
+def shared_offsets(lengths: np.ndarray, copy_of: np.ndarray) -> np.ndarray:
+    """Per request, where its distinct request's rows start in arrays concatenated over distinct requests."""
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)[copy_of]
+
+
 class DrafterOracle(AcceptanceOracle):
     """An acceptance oracle backed by a real drafter over the requests' token histories.
 
@@ -35,7 +57,9 @@ class DrafterOracle(AcceptanceOracle):
         super().__init__([r.prompt_len for r in requests], [r.output_len for r in requests])
         self.settings = settings
         self.requests = list(requests)
-        self._tokens = [r.tokens for r in self.requests]
+        self.distinct, self.copy_of = distinct_requests(self.requests)
+        histories = [r.tokens for r in self.distinct]
+        self._tokens = [histories[j] for j in self.copy_of]
         self.max_new_tokens = generation_limits(self.requests, settings.eos_token_ids)
 
     @abstractmethod

@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from specplan.acceptance.drafters._hashtable import ht_get, ht_put, grown_table, table_capacity
-from specplan.acceptance.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.base import DrafterOracle, shared_offsets
 from specplan.acceptance.drafters.cache import DEFAULT_CACHE
 from specplan.acceptance.drafters.limits import generation_limit
 from specplan.acceptance.drafters.settings import DrafterSettings
@@ -279,11 +279,11 @@ class NGramPoolOracle(DrafterOracle):
             self._build_shared_ids()
             self._pool = _Pool(self._n_ids, 1024)
         else:
-            tables = self._cache.tables(settings.key() + f"|k={self.k0}", self.requests,
+            tables = self._cache.tables(settings.key() + f"|k={self.k0}", self.distinct,
                                         lambda r: ngram_trajectory(r, settings, self.k0))
             lens = np.array([len(t["c"]) for t in tables], dtype=np.int64)
-            self._t_off = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-            self._t_len = lens
+            self._t_off = shared_offsets(lens, self.copy_of)
+            self._t_len = lens[self.copy_of]
             self._t = {f: np.concatenate([t[f] for t in tables]) for f in ("c", "src", "d", "a")}
             self._cursor = np.zeros(len(self.requests), dtype=np.int64)
             self._live: dict[int, tuple[_Pool, np.ndarray]] = {}  # requests that left their trajectory
@@ -291,10 +291,12 @@ class NGramPoolOracle(DrafterOracle):
 
     # -- ids ---------------------------------------------------------------------------------
     def _build_shared_ids(self) -> None:
-        self._buf = np.concatenate(self._tokens).astype(np.int32)
-        ends = np.cumsum([len(t) for t in self._tokens])
-        self._base = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-        bounds = np.stack([self._base, ends]).T.astype(np.int64)
+        histories = [r.tokens for r in self.distinct]  # copies share one span of the buffer
+        self._buf = np.concatenate(histories).astype(np.int32)
+        ends = np.cumsum([len(t) for t in histories])
+        starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        self._base = starts[self.copy_of]
+        bounds = np.stack([starts, ends]).T.astype(np.int64)
         self._ids, self._n_ids = window_ids(self._buf, bounds, self.width)
 
     def _local_ids(self, rid: int, width: int):

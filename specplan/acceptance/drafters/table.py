@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from specplan.acceptance.drafters.cache import DEFAULT_CACHE, PrecomputeCache, Table
-from specplan.acceptance.drafters.base import DrafterOracle
+from specplan.acceptance.drafters.base import DrafterOracle, shared_offsets
 
 FIELDS = ("ell", "src", "avail", "run")
 
@@ -87,7 +87,7 @@ class TableOracle(DrafterOracle):
         super().__init__(settings, requests)
         self._compute = compute
         self._cache = cache if cache is not None else DEFAULT_CACHE
-        self._off = np.concatenate([[0], np.cumsum(self.output_lens)[:-1]]).astype(np.int64)
+        self._off = shared_offsets(np.array([r.output_len for r in self.distinct], dtype=np.int64), self.copy_of)
         self._by_k: dict[int, Table] = {}
         self._select(settings.max_draft_len)
 
@@ -97,7 +97,7 @@ class TableOracle(DrafterOracle):
         if key not in self._by_k:
             tag = self.settings.key() + (f"|k={k}" if self.k_dependent else "")
             compute = (lambda r: self._compute(r, k)) if self.k_dependent else self._compute
-            tables = self._cache.tables(tag, self.requests, compute)
+            tables = self._cache.tables(tag, self.distinct, compute)
             self._by_k[key] = {f: np.concatenate([t[f] for t in tables]) for f in FIELDS}
         flat = self._by_k[key]
         self._ell, self._src, self._avail, self._run = (flat[f] for f in FIELDS)
