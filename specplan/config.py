@@ -36,6 +36,7 @@ class EngineConfig(_Section):
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
     enable_chunked_prefill: bool = False
     overlap_scheduler: bool = False
+    max_model_len: Optional[int] = Field(None, ge=1)
 
 
 DecodingType = Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3"]
