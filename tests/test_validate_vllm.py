@@ -41,7 +41,7 @@ def test_simulated_rows_of_a_hand_worked_request(tmp_path):
     assert rows["drafted"].tolist() == [0, 2, 2]
     assert rows["accepted"].tolist() == [0, 2, 1]
     assert rows["committed"].tolist() == [1, 3, 2]
-    assert vc.sim_iteration_accepted(result).tolist() == [0, 2, 1]
+    assert vc.per_iteration(rows)["accepted"].tolist() == result.iterations["accepted"].tolist() == [0, 2, 1]
 
 
 def _engine_run() -> EngineRun:

@@ -142,7 +142,6 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
     e_rows = vc.engine_rows(engine, {r.id: r.prompt_len for r in reqs})
     s_rows = vc.sim_rows(result, ids)
     e_its, s_its = vc.per_iteration(e_rows), vc.per_iteration(s_rows)
-    s_its["accepted"] = vc.sim_iteration_accepted(result).reindex(s_its.index).fillna(0).astype(int)
     e_req, s_req = vc.per_request(e_rows, ids), vc.per_request(s_rows, ids)
     table, summary = vc.compare(e_its, s_its, e_req, s_req)
     table["engine_step_s"] = list(engine.step_s) + [None] * (len(table) - len(engine.step_s))

@@ -30,8 +30,9 @@ def engine_rows(run, prompt_lens: dict[str, int]) -> pd.DataFrame:
 def sim_rows(result, ids: Sequence[str]) -> pd.DataFrame:
     """The same rows from a simulation recorded with ``record_batches`` (request index -> id).
 
-    A decode row verified ``query_tokens - 1`` drafts; its accepted count is ``committed - 1``
-    unless the output ended first, which the iteration table's ``accepted`` then carries.
+    A decode row verified ``query_tokens - 1`` drafts and accepted ``committed - 1`` of them (at a
+    request's last step, the acceptance its commit kept; should vLLM count more there, the
+    ``accepted`` column shows the gap).
     """
     b = result.batches
     em = result.emissions
@@ -62,13 +63,6 @@ def per_request(rows: pd.DataFrame, ids: Sequence[str]) -> pd.DataFrame:
     g = rows.groupby("request", sort=False)
     return pd.DataFrame({"steps": g.size(), "drafted": g["drafted"].sum(),
                          "accepted": g["accepted"].sum()}).reindex(list(ids)).fillna(0).astype(int)
-
-
-def sim_iteration_accepted(result) -> pd.Series:
-    """The simulator's own accepted count per iteration (what its drafter accepted, before the
-    output's end trims the commit), to replace the commit-derived one."""
-    its = result.iterations.set_index("iteration")
-    return its["accepted"].astype(int)
 
 
 def compare(engine_its: pd.DataFrame, sim_its: pd.DataFrame, engine_req: pd.DataFrame,
