@@ -8,6 +8,10 @@ device, and measure the simulator's error.
 - ``report``: ``report.md``, ``iterations.csv``, ``predicted_vs_measured.png``, ``summary.json``;
 - ``runner``: ``run_validation``, the whole command.
 
+``validate --engine vllm`` instead runs the requests on a real vLLM: ``vllm_env`` (model folder,
+CPU process environment), ``vllm_engine`` (the run and its per-step recorder), ``vllm_compare``
+(engine steps against simulated iterations), ``vllm_report`` (outputs), ``vllm_check`` (the command).
+
 Nothing here imports torch; the replay itself is ``specplan.calibration.replay``, imported only when
 a validation runs.
 """
