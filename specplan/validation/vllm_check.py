@@ -87,6 +87,17 @@ def prompt_ids(model: str, trace: Optional[str], scenario: Optional[str], num_pr
     return [i for i, _ in texts], [tok.encode(t)[-max_prompt_tokens:] for _, t in texts]
 
 
+def _check_vocabulary(model: str, prompts: list[list[int]], option: str) -> None:
+    """Prompt ids must be the model's: a trace tokenized for another model is refused, not run."""
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(model).vocab_size
+    top = max(max(p) for p in prompts)
+    if top >= vocab:
+        raise SpecplanError(f"{option}: token id {top} is outside the model's vocabulary ({vocab}); give prompts "
+                            "tokenized with this model's tokenizer")
+
+
 def sim_config(spec: dict, n: int, settings: dict, trace_path: Path):
     """The simulate config of the same requests under ``engine: vllm`` (schedule only; the price is irrelevant)."""
     from specplan.config import build_config
@@ -128,6 +139,7 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
 
     folder = vllm_env.model_folder(model)
     ids, prompts = prompt_ids(folder, trace, scenario, num_prompts, max_prompt_tokens)
+    _check_vocabulary(folder, prompts, "--trace" if trace else "--scenario")
     common = dict(max_tokens=max_tokens, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                   max_model_len=max_model_len, device=device)
     greedy = run_engine(folder, prompts, ids, speculative_config=None, record=False, **common)
