@@ -9,4 +9,8 @@ device, and measure the simulator's error.
 - ``replay`` (torch): each step run for real on the calibration ``DecoderStack``, KV growing and
   rewinding per request, timed as calibration times a grid point; imported only when a validation runs;
 - ``runner``: ``run_validation``, the whole command.
+
+``validate --engine vllm`` instead runs the requests on a real vLLM: ``vllm_env`` (model folder,
+CPU process environment), ``vllm_engine`` (the run and its per-step recorder), ``vllm_compare``
+(engine steps against simulated iterations), ``vllm_report`` (outputs), ``vllm_check`` (the command).
 """

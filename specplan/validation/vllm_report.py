@@ -1,0 +1,51 @@
+"""``summary.json``, ``report.md`` and ``iterations.csv`` of a ``validate --engine vllm`` run, each
+written atomically (``specplan.atomic``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from specplan.atomic import atomic_write, atomic_write_text
+from specplan.simulator.metrics import plain
+
+
+def _markdown(summary: dict) -> str:
+    s = summary
+    lines = [
+        "# specplan validate --engine vllm", "",
+        f"Model `{s['model']}` on {s['device']}; {s['requests']} requests, up to {s['max_tokens']} new tokens, "
+        f"speculative config `{json.dumps(s['speculative_config'])}`; vLLM settings "
+        f"`{json.dumps(s['engine_settings'])}`.", "",
+        f"Speculative output equals plain greedy output: **{s['greedy_equal']}** "
+        f"({s['greedy_equal_requests']}/{s['requests']} requests).", "",
+        "| | engine (vLLM) | simulated (specplan, `engine: vllm`) |", "| --- | --- | --- |",
+        f"| iterations | {s['engine_iterations']} | {s['sim_iterations']} |", "",
+        f"Iterations compared: {s['iterations_compared']}; differing: **{s['iterations_differing']}** "
+        f"(by column: {', '.join(f'{k} {v}' for k, v in s['iterations_differing_by_column'].items())}).", "",
+        f"Requests with equal step counts: **{s['requests_steps_equal']}/{s['requests']}**; equal drafted: "
+        f"{s['requests_drafted_equal']}; equal accepted: {s['requests_accepted_equal']}.", "",
+    ]
+    first = s["first_difference"]
+    if first is None:
+        lines.append("No iteration differs: the simulator scheduled, drafted, accepted and committed exactly what "
+                     "vLLM did in every step.")
+    else:
+        lines += [f"First difference at iteration {first['iteration']} ({', '.join(first['columns'])}):", "",
+                  "| | " + " | ".join(first["engine"]) + " |", "|" + " --- |" * (len(first["engine"]) + 1),
+                  "| engine | " + " | ".join(str(v) for v in first["engine"].values()) + " |",
+                  "| sim | " + " | ".join(str(v) for v in first["sim"].values()) + " |"]
+    lines += ["", "`iterations.csv` holds every iteration's engine and simulated columns and whether they differ; "
+                  "`requests.csv` every request's steps, drafted and accepted on both sides."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, summary: dict, iterations: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """Write the three files (and ``requests.csv``) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "iterations.csv", lambda p: iterations.to_csv(p, index=False))
+    atomic_write(out / "requests.csv", lambda p: requests.to_csv(p, index=True, index_label="request"))
+    atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2) + "\n")
+    atomic_write_text(out / "report.md", _markdown(summary))

@@ -1,0 +1,132 @@
+"""``specplan validate --engine vllm``.
+
+The unit tests run everywhere; the tests marked ``vllm`` run the real engine on the CPU and skip
+where vLLM is not importable (the CI tier runs them in ``.venv-vllm``, see ``.ci/run``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from specplan.cli import app
+from specplan.errors import SpecplanError
+from specplan.simulator.run import simulate
+from specplan.validation import vllm_compare as vc
+from specplan.validation.vllm_check import sim_config
+from specplan.validation.vllm_engine import EngineRun, StepRow
+from specplan.workloads.request import Request
+from specplan.workloads.tokentrace import write_token_trace
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+
+
+def test_simulated_rows_of_a_hand_worked_request(tmp_path):
+    # Prompt 1 2 3 1 2, greedy output 3 1 2 3 1 9, K = 2. Worked by hand with vLLM's n-gram rule:
+    # step 1 prefills 5 tokens and samples 3; the history ends "1 2 3", seen at 0, so the draft is
+    # "1 2", both right, bonus 3 (commit 3); the history again ends "1 2 3": draft "1 2", only "1"
+    # right, bonus 9 (commit 2) ends the output.
+    req = Request(id="r", prompt_ids=[1, 2, 3, 1, 2], output_ids=[3, 1, 2, 3, 1, 9], arrival_s=0.0)
+    path = write_token_trace([req], tmp_path / "t.jsonl")
+    settings = {"max_num_seqs": 1, "max_num_batched_tokens": 64, "max_model_len": 64}
+    result = simulate(sim_config(NGRAM, 1, settings, path), requests=[req], record_batches=True)
+    rows = vc.sim_rows(result, ["r"])
+    assert rows["scheduled"].tolist() == [5, 3, 3]
+    assert rows["decode"].tolist() == [False, True, True]
+    assert rows["drafted"].tolist() == [0, 2, 2]
+    assert rows["accepted"].tolist() == [0, 2, 1]
+    assert rows["committed"].tolist() == [1, 3, 2]
+    assert vc.per_iteration(rows)["accepted"].tolist() == result.iterations["accepted"].tolist() == [0, 2, 1]
+
+
+def _engine_run() -> EngineRun:
+    # Two requests, prompts of 4 and 3 tokens, a 5-token budget: "a" prefills in step 1, "b" is
+    # chunked over steps 1-2 (1 + 2 tokens), then both decode.
+    rows = [StepRow(1, "a", 4, 0, 0, 1), StepRow(1, "b", 1, 0, 0, 0),
+            StepRow(2, "a", 3, 2, 1, 2), StepRow(2, "b", 2, 0, 0, 1),
+            StepRow(3, "a", 1, 0, 0, 1), StepRow(3, "b", 4, 3, 3, 4)]
+    return EngineRun(rows=rows, step_s=[0.1, 0.1, 0.1])
+
+
+def test_engine_rows_decode_flags_and_tables():
+    rows = vc.engine_rows(_engine_run(), {"a": 4, "b": 3})
+    assert rows["decode"].tolist() == [False, False, True, False, True, True]
+    its = vc.per_iteration(rows)
+    assert its.loc[2].tolist() == [2, 1, 5, 2, 1, 3]  # rows, decode rows, scheduled, drafted, accepted, committed
+    assert its.loc[3].tolist() == [2, 2, 5, 3, 3, 5]
+    req = vc.per_request(rows, ["a", "b"])
+    assert req.loc["a"].tolist() == [3, 2, 1] and req.loc["b"].tolist() == [3, 3, 3]
+
+
+def test_compare_counts_and_first_difference():
+    rows = vc.engine_rows(_engine_run(), {"a": 4, "b": 3})
+    e_its, e_req = vc.per_iteration(rows), vc.per_request(rows, ["a", "b"])
+    table, summary = vc.compare(e_its, e_its.copy(), e_req, e_req.copy())
+    assert summary["iterations_differing"] == 0 and summary["first_difference"] is None
+    assert summary["requests_steps_equal"] == 2 and summary["iterations_compared"] == 3
+    s_its = e_its.copy()
+    s_its.loc[3, "drafted"] = 2
+    s_its.loc[4] = [1, 1, 1, 0, 0, 1]  # one simulated iteration more
+    s_req = e_req.copy()
+    s_req.loc["b", "steps"] = 4
+    table, summary = vc.compare(e_its, s_its, e_req, s_req)
+    assert summary["engine_iterations"] == 3 and summary["sim_iterations"] == 4
+    assert summary["iterations_compared"] == 3 and summary["iterations_differing"] == 1
+    assert summary["first_difference"]["iteration"] == 3 and summary["first_difference"]["columns"] == ["drafted"]
+    assert summary["requests_steps_equal"] == 1
+    assert table["differs"].tolist() == [False, False, True, True]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("{not json", "not valid JSON"),
+    ('{"method": "eagle", "num_speculative_tokens": 3}', '"method": "ngram"'),
+    ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens"),
+    ('{"method": "ngram", "num_speculative_tokens": 3, "lookahead": 1}', "lookahead"),
+])
+def test_bad_speculative_config_is_one_line(tmp_path, spec, message):
+    res = CliRunner().invoke(app, ["validate", "--engine", "vllm", "--speculative-config", spec,
+                                   "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecplanError) and message in str(res.exception)
+
+
+def test_engine_and_profile_options_exclude_each_other(tmp_path):
+    for args in (["--engine", "trtllm"], ["--engine", "vllm", "--profile", "h200/llama-3.1-8b"], []):
+        res = CliRunner().invoke(app, ["validate", *args, "--out", str(tmp_path)])
+        assert isinstance(res.exception, SpecplanError)
+
+
+# ----------------------------------------------------------------------------- the CPU tier
+# 24 prompts (summarisation, RAG, coding), 96 new tokens; K = 5 and 4, one request at a time and
+# batched; and one run whose max_model_len (800) is close to the prompts' (up to 768 tokens).
+TIER = {
+    "k5-single": ["--max-num-seqs", "1"],
+    "k5-batched": [],
+    "k4-single": ["--max-num-seqs", "1", "--speculative-config", json.dumps({**NGRAM, "num_speculative_tokens": 4})],
+    "k4-batched": ["--speculative-config", json.dumps({**NGRAM, "num_speculative_tokens": 4})],
+    "k5-max-model-len": ["--max-model-len", "800"],
+}
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("name", list(TIER))
+def test_vllm_cpu_matches_the_simulator(tmp_path, name):
+    pytest.importorskip("vllm")
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "specplan", "validate", "--engine", "vllm", "--num-prompts", "24",
+           "--max-tokens", "96", "--out", str(out), *TIER[name]]
+    proc = subprocess.run(cmd, cwd=Path(__file__).parents[1], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    table = pd.read_csv(out / "iterations.csv")
+    assert len(table) == max(summary["engine_iterations"], summary["sim_iterations"])
+    assert summary["greedy_equal"], "speculative output differs from plain greedy output"
+    assert summary["requests"] == 24
+    assert summary["iterations_differing"] == 0, summary["first_difference"]
+    assert summary["engine_iterations"] == summary["sim_iterations"]
+    assert summary["requests_steps_equal"] == summary["requests"]
