@@ -8,7 +8,9 @@ is up to ``k = min(k, max_model_len - num_tokens)`` tokens after the match, fewe
 ends sooner; nothing when no match or ``num_tokens < min_n``. Drafts have variable length.
 
 That is the suffix automaton's capped longest match with a lower bound, so the table comes from
-the same scan. ``max_model_len`` is taken as the request's own length limit, prompt + output.
+the same scan. ``max_model_len`` is the engine's (``DrafterSettings.max_model_len``; None: no bound):
+vLLM drafts past the request's ``max_tokens`` (it counts the accepted ones before its stop check), so
+the draft is not cut at the recorded output's end; what is accepted stays within it.
 """
 
 from __future__ import annotations
@@ -36,4 +38,7 @@ class VllmNgramOracle(TableOracle):
         super().__init__(settings, requests, lambda r: vllm_ngram_tables(r, settings), cache)
 
     def limit(self, rids, committed, k):
-        return np.minimum(k, self.output_lens[rids] - committed)
+        mml = self.settings.max_model_len
+        if mml is None:
+            return np.full(np.shape(committed), k, dtype=np.int64)
+        return np.minimum(k, mml - (self.prompt_lens[rids] + committed))
