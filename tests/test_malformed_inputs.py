@@ -74,7 +74,7 @@ def test_malformed_input_is_one_line_exit_2(cid, argv, files, needle, tmp_path, 
     (["simulat"], "simulat"),
     (["simulate", "--format", "xml"], "--format"),
     (["acceptance", "specbench"], "--drafter"),
-    (["validate"], "--profile"),
+    (["validate", "--out", "/nonexistent-dir/never-written"], "--profile"),  # --profile is required without --engine
     (["profile", "show", "h200/llama-3.1-8b", "--context", "-5"], "--context"),
 ])
 def test_the_console_process_too(argv, needle):

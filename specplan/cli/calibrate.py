@@ -10,44 +10,48 @@ from typing import Optional
 
 import typer
 
+from specplan.cli.choices import Device
+
+
+def calibrate(
+    model: Optional[str] = typer.Option(None, "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
+    out: Path = typer.Option(..., "--out", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism: measure one GPU's shard."),
+    device: Device = typer.Option(Device.cuda, "--device", case_sensitive=False, help="cpu: use --model tiny."),
+    budget_s: float = typer.Option(480.0, "--budget-s", min=1.0, help="Wall-clock budget of the whole command."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Override the model's layer count."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL, or GPU/MODEL/tpN under TP)."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved passes over the grid."),
+    heldout: float = typer.Option(0.25, "--heldout", min=0.05, max=0.5, help="Fraction of points held out."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),
+    seed: int = typer.Option(0, "--seed", help="Grid order, weights, held-out split."),
+    draft_bench: bool = typer.Option(True, "--draft-bench/--no-draft-bench",
+                                     help="Also time the NGram host pool on this CPU."),
+    sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
+                                   help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
+    from_logs: list[Path] = typer.Option([], "--from-logs", help="Instead of measuring: fit acceptance (and a linear "
+                                         "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable)."),
+) -> None:
+    """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B);
+    or, with --from-logs, fit acceptance and step cost from an engine's own logs."""
+    if from_logs:
+        import json
+
+        from specplan.calibration.from_logs import calibrate_from_logs
+
+        print(json.dumps(calibrate_from_logs(from_logs, out), indent=2))
+        return
+    if model is None:
+        from specplan.errors import ConfigError
+
+        raise ConfigError("--model: required to measure a model (or give --from-logs FILE to fit from engine logs)")
+    from specplan.calibration.runner import run_calibration
+    from specplan.outputs import check_output_dir
+
+    check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
+    run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
+                    repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def calibrate(
-        model: Optional[str] = typer.Option(None, "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
-        out: Path = typer.Option(..., "--out", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
-        tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism: measure one GPU's shard."),
-        device: str = typer.Option("cuda", "--device", help="cuda or cpu (cpu: use --model tiny)."),
-        budget_s: float = typer.Option(480.0, "--budget-s", min=1.0, help="Wall-clock budget of the whole command."),
-        layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Override the model's layer count."),
-        name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL, or GPU/MODEL/tpN under TP)."),
-        repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved passes over the grid."),
-        heldout: float = typer.Option(0.25, "--heldout", min=0.05, max=0.5, help="Fraction of points held out."),
-        threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),
-        seed: int = typer.Option(0, "--seed", help="Grid order, weights, held-out split."),
-        draft_bench: bool = typer.Option(True, "--draft-bench/--no-draft-bench",
-                                         help="Also time the NGram host pool on this CPU."),
-        sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
-                                       help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
-        from_logs: list[Path] = typer.Option([], "--from-logs", help="Instead of measuring: fit acceptance (and a linear "
-                                             "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable)."),
-    ) -> None:
-        """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B);
-        or, with --from-logs, fit acceptance and step cost from an engine's own logs."""
-        if from_logs:
-            import json
-
-            from specplan.calibration.from_logs import calibrate_from_logs
-
-            print(json.dumps(calibrate_from_logs(from_logs, out), indent=2))
-            return
-        if model is None:
-            from specplan.errors import ConfigError
-
-            raise ConfigError("--model: required to measure a model (or give --from-logs FILE to fit from engine logs)")
-        from specplan.calibration.runner import run_calibration
-        from specplan.outputs import check_output_dir
-
-        check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
-        run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
-                        repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)
+    app.command()(calibrate)

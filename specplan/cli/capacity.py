@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specplan.cli.choices import Backend
+
 
 def _cell(v) -> str:
     import pandas as pd
@@ -19,58 +21,60 @@ def _cell(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def capacity(
-        scenario: Path = typer.Argument(..., help="Scenario YAML (poisson or gamma arrivals; the rate is searched over)."),
-        rate: list[float] = typer.Option(..., "--rate", help="Fleet request rate in req/s (repeatable)."),
-        slo_ttft_ms: float = typer.Option(..., "--slo-ttft-ms", help="TTFT target at --percentile, ms."),
-        slo_tpot_ms: float = typer.Option(..., "--slo-tpot-ms", help="TPOT target at --percentile, ms."),
-        out: Path = typer.Option(..., "--out", help="Folder: capacity.csv, capacity.png, records (re-run to resume)."),
-        candidates: Optional[Path] = typer.Option(
-            None, "--candidates", help="Sweep YAML of speculation.* axes (K, schedule, gate); default: the scenario's own."),
-        percentile: int = typer.Option(99, "--percentile", help="SLO percentile: 50, 90 or 99."),
-        max_replicas: int = typer.Option(16, "--max-replicas", help="Largest fleet searched."),
-        backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores)."),
-        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address."),
-    ) -> None:
-        """Search the fewest replicas meeting a TTFT/TPOT SLO per rate, with and without speculation."""
-        from specplan.atomic import atomic_write
-        from specplan.config import load_config, read_yaml
-        from specplan.errors import ConfigError
-        from specplan.reports.capacity import capacity_figure
-        from specplan.sweeps.capacity import SLO, read_candidates, search_capacity
-        from specplan.sweeps.runners import make_runner
+def capacity(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (poisson or gamma arrivals; the rate is searched over)."),
+    rate: list[float] = typer.Option(..., "--rate", help="Fleet request rate in req/s (repeatable)."),
+    slo_ttft_ms: float = typer.Option(..., "--slo-ttft-ms", help="TTFT target at --percentile, ms."),
+    slo_tpot_ms: float = typer.Option(..., "--slo-tpot-ms", help="TPOT target at --percentile, ms."),
+    out: Path = typer.Option(..., "--out", help="Folder: capacity.csv, capacity.png, records (re-run to resume)."),
+    candidates: Optional[Path] = typer.Option(
+        None, "--candidates", help="Sweep YAML of speculation.* axes (K, schedule, gate); default: the scenario's own."),
+    percentile: int = typer.Option(99, "--percentile", help="SLO percentile: 50, 90 or 99."),
+    max_replicas: int = typer.Option(16, "--max-replicas", help="Largest fleet searched."),
+    backend: Backend = typer.Option(Backend.local, "--backend", case_sensitive=False, help="local: a process pool."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address."),
+) -> None:
+    """Search the fewest replicas meeting a TTFT/TPOT SLO per rate, with and without speculation."""
+    from specplan.atomic import atomic_write
+    from specplan.config import load_config, read_yaml
+    from specplan.errors import ConfigError
+    from specplan.reports.capacity import capacity_figure
+    from specplan.sweeps.capacity import SLO, read_candidates, search_capacity
+    from specplan.sweeps.runners import make_runner
 
-        slo = SLO(slo_ttft_ms / 1e3, slo_tpot_ms / 1e3, percentile)
-        if any(r <= 0 for r in rate):
-            raise ConfigError("--rate: request rates must be positive")
-        base = load_config(scenario)
-        if candidates is not None:
-            cands = read_candidates(candidates, read_yaml(scenario))
-        elif base.speculation.decoding_type != "none":
-            cands = {f"{base.speculation.decoding_type} K={base.speculation.max_draft_len}": base.speculation}
-        else:
-            raise ConfigError(f"{scenario}: speculation is off; give --candidates or a speculation section")
-        console = Console()
-        out.mkdir(parents=True, exist_ok=True)
-        with make_runner(backend, workers, address) as runner:
-            table = search_capacity(base, rate, slo, cands, runner, out, max_replicas)
-        atomic_write(out / "capacity.csv", lambda p: table.to_csv(p, index=False))
-        capacity_figure(table, out / "capacity.png")
-        shown = Table(title=f"Fewest replicas meeting p{percentile} TTFT <= {slo_ttft_ms:g} ms and TPOT <= "
-                            f"{slo_tpot_ms:g} ms (tp {base.cost.tp} per replica)")
-        for col in ("rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone"):
-            shown.add_column(col, justify="left" if col == "config" else "right")
-        for row in table.itertuples(index=False):
-            shown.add_row(*(_cell(getattr(row, c)) for c in (
-                "rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone")))
-        console.print(shown)
-        if not table.monotone.all():
-            console.print("[yellow]warning:[/] meeting the SLO was not monotone in the replica count for some rows "
-                          "(see the 'evaluated' column of capacity.csv); their answers are not trustworthy.")
-        unmet = table[table.replicas.isna()]
-        if len(unmet):
-            console.print(f"{len(unmet)} row(s) not met even at {max_replicas} replicas: raise --max-replicas.")
-        console.print(f"Wrote {out / 'capacity.csv'} and {out / 'capacity.png'}.")
+    slo = SLO(slo_ttft_ms / 1e3, slo_tpot_ms / 1e3, percentile)
+    if any(r <= 0 for r in rate):
+        raise ConfigError("--rate: request rates must be positive")
+    base = load_config(scenario)
+    if candidates is not None:
+        cands = read_candidates(candidates, read_yaml(scenario))
+    elif base.speculation.decoding_type != "none":
+        cands = {f"{base.speculation.decoding_type} K={base.speculation.max_draft_len}": base.speculation}
+    else:
+        raise ConfigError(f"{scenario}: speculation is off; give --candidates or a speculation section")
+    console = Console()
+    out.mkdir(parents=True, exist_ok=True)
+    with make_runner(backend, workers, address) as runner:
+        table = search_capacity(base, rate, slo, cands, runner, out, max_replicas)
+    atomic_write(out / "capacity.csv", lambda p: table.to_csv(p, index=False))
+    capacity_figure(table, out / "capacity.png")
+    shown = Table(title=f"Fewest replicas meeting p{percentile} TTFT <= {slo_ttft_ms:g} ms and TPOT <= "
+                        f"{slo_tpot_ms:g} ms (tp {base.cost.tp} per replica)")
+    for col in ("rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone"):
+        shown.add_column(col, justify="left" if col == "config" else "right")
+    for row in table.itertuples(index=False):
+        shown.add_row(*(_cell(getattr(row, c)) for c in (
+            "rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone")))
+    console.print(shown)
+    if not table.monotone.all():
+        console.print("[yellow]warning:[/] meeting the SLO was not monotone in the replica count for some rows "
+                      "(see the 'evaluated' column of capacity.csv); their answers are not trustworthy.")
+    unmet = table[table.replicas.isna()]
+    if len(unmet):
+        console.print(f"{len(unmet)} row(s) not met even at {max_replicas} replicas: raise --max-replicas.")
+    console.print(f"Wrote {out / 'capacity.csv'} and {out / 'capacity.png'}.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(capacity)

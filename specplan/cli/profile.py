@@ -16,11 +16,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specplan.cli.choices import TableFormat
 from specplan.cli.output import console as make_console
 from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
 from specplan.cost_models.models import MODELS
-from specplan.cost_models.registry import bundled_profile_names, cost_model_from_profile, load_profile
+from specplan.cost_models.registry import (
+    bundled_profile_names,
+    cost_model_from_profile,
+    load_profile,
+)
 from specplan.outputs import check_output_file
 
 profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
@@ -47,11 +52,9 @@ def list_profiles() -> None:
 def show(
     name: str = typer.Argument(..., help=NAME_HELP),
     context: int = typer.Option(1024, "--context", min=0, help="Context length of every row (tokens)."),
-    fmt: str = typer.Option("table", "--format", help="table or json."),
+    fmt: TableFormat = typer.Option(TableFormat.table, "--format", case_sensitive=False),
 ) -> None:
     """Print T(B, 1) and gamma(B, K) for B = 1..256 and K = 1..8."""
-    if fmt not in ("table", "json"):
-        raise typer.BadParameter("--format must be table or json")
     model = cost_model_from_profile(name)
     view = gamma_view(model, context)
     if fmt == "json":

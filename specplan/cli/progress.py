@@ -28,7 +28,13 @@ def progress_bar(description: str, poll: Optional[Callable[[], tuple[int, int]]]
         if stop.wait(DELAY_S):
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
         if poll is not None:

@@ -8,13 +8,15 @@ from typing import Optional
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def report(
-        sweep_dir: Path = typer.Argument(..., help="A folder written by `specplan sweep --out`."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: DIR/report)."),
-    ) -> None:
-        """Plot speedup, throughput against p99 TPOT (Pareto front), acceptance lengths, gamma(B), gate trips."""
-        from specplan.reports.summary import write_report
+def report(
+    sweep_dir: Path = typer.Argument(..., help="A folder written by `specplan sweep --out`."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: DIR/report)."),
+) -> None:
+    """Plot speedup, throughput against p99 TPOT (Pareto front), acceptance lengths, gamma(B), gate trips."""
+    from specplan.reports.summary import write_report
 
-        print(f"Wrote {write_report(sweep_dir, out)} (figures beside it)")
+    print(f"Wrote {write_report(sweep_dir, out)} (figures beside it)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(report)

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from specplan.cli.choices import SimulateFormat
 from specplan.config import SimConfig, load_config
 from specplan.errors import ConfigError
 from specplan.outputs import check_output_dir
@@ -103,64 +104,65 @@ def _run_with_progress(cfg: SimConfig, cost, description: str):
         return run_sim(cfg, cost, observe=seen.append)
 
 
+def simulate(
+    config: Optional[Path] = typer.Argument(None, help="Scenario YAML; the bundled default when omitted."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
+    engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
+    baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
+    fmt: SimulateFormat = typer.Option(SimulateFormat.table, "--format", case_sensitive=False,
+                                       help="Latencies in ms in table and csv."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
+    timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
+                                  "events; open in Perfetto)."),
+) -> None:
+    """Simulate one engine replica serving a workload, with speculative decoding as configured."""
+    from specplan.cli.output import console as make_console
+    from specplan.simulator.run import baseline_config, build_cost, resolve
+
+    if timeline and out is None:
+        raise ConfigError("--timeline: give --out DIR to write timeline.json into")
+    from specplan.engine_config import engine_config_layer
+
+    cfg = load_config(config, set_, engine_config_layer(engine_config))
+    if out is not None:
+        check_output_dir(out)
+    cost = build_cost(cfg)
+    console = make_console(stderr=fmt != "table")
+    resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
+    if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
+        console.print(f"Resolved speculative config ({cfg.engine.engine}): "
+                      f"{resolved.speculation.model_dump(exclude_defaults=True)}")
+    console.print(describe_scenario(resolved, cost.describe()))
+    result = _run_with_progress(cfg, cost, "simulating")
+    base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
+    summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
+    summary["resolved_speculation"] = result.description.get("speculation")
+    if base is not None:
+        summary["baseline"] = {k: base.summary[k] for k in SUMMARY_KEYS}
+        summary["speedup"] = result.summary["throughput_tok_s"] / base.summary["throughput_tok_s"]
+    if out is not None:
+        for run, where in ((result, out / "speculative" if base else out), (base, out / "baseline")):
+            if run is not None:
+                run.save(where)
+                if timeline:
+                    from specplan.reports.timeline import write_timeline
+
+                    write_timeline(run.iterations, run.requests, where / "timeline.json")
+    if fmt == "json":
+        from specplan.simulator.metrics import plain
+
+        print(json.dumps(plain(summary)))
+        return
+    rows = summary_rows(summary, summary.get("baseline"))
+    if fmt == "csv":
+        print(_csv(rows, base is not None), end="")
+        return
+    console.print(_table(rows, base is not None))
+    if base is not None:
+        console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
+                      f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "
+                      f"{result.summary['tpot_s']['mean'] * 1e3:.2f} ms")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def simulate(
-        config: Optional[Path] = typer.Argument(None, help="Scenario YAML; the bundled default when omitted."),
-        set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
-        engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
-        baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
-        fmt: str = typer.Option("table", "--format", help="table, csv or json (latencies in ms in table and csv)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
-        timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
-                                      "events; open in Perfetto)."),
-    ) -> None:
-        """Simulate one engine replica serving a workload, with speculative decoding as configured."""
-        from specplan.cli.output import console as make_console
-        from specplan.simulator.run import baseline_config, build_cost, resolve
-
-        if fmt not in ("table", "csv", "json"):
-            raise typer.BadParameter("--format must be table, csv or json")
-        if timeline and out is None:
-            raise ConfigError("--timeline: give --out DIR to write timeline.json into")
-        from specplan.engine_config import engine_config_layer
-
-        cfg = load_config(config, set_, engine_config_layer(engine_config))
-        if out is not None:
-            check_output_dir(out)
-        cost = build_cost(cfg)
-        console = make_console(stderr=fmt != "table")
-        resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
-        if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
-            console.print(f"Resolved speculative config ({cfg.engine.engine}): "
-                          f"{resolved.speculation.model_dump(exclude_defaults=True)}")
-        console.print(describe_scenario(resolved, cost.describe()))
-        result = _run_with_progress(cfg, cost, "simulating")
-        base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
-        summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
-        summary["resolved_speculation"] = result.description.get("speculation")
-        if base is not None:
-            summary["baseline"] = {k: base.summary[k] for k in SUMMARY_KEYS}
-            summary["speedup"] = result.summary["throughput_tok_s"] / base.summary["throughput_tok_s"]
-        if out is not None:
-            for run, where in ((result, out / "speculative" if base else out), (base, out / "baseline")):
-                if run is not None:
-                    run.save(where)
-                    if timeline:
-                        from specplan.reports.timeline import write_timeline
-
-                        write_timeline(run.iterations, run.requests, where / "timeline.json")
-        if fmt == "json":
-            from specplan.simulator.metrics import plain
-
-            print(json.dumps(plain(summary)))
-            return
-        rows = summary_rows(summary, summary.get("baseline"))
-        if fmt == "csv":
-            print(_csv(rows, base is not None), end="")
-            return
-        console.print(_table(rows, base is not None))
-        if base is not None:
-            console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
-                          f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "
-                          f"{result.summary['tpot_s']['mean'] * 1e3:.2f} ms")
+    app.command()(simulate)

