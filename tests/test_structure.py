@@ -98,3 +98,16 @@ def test_no_module_over_400_lines(folder):
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these modules (over {MAX_LINES} lines): {long}"
+
+
+ENGINE_NAMES = ("update_draft_len", "prepare_draft_requests", "rewind_kv_cache", "should_use_spec_decode",
+                "SpeculationGate", "propose_draft_token_ids", "prepare_draft_tokens")
+
+
+@pytest.mark.parametrize("name", ENGINE_NAMES)
+def test_each_engine_mechanism_is_defined_once_under_its_engine_name(name):
+    """A grep for the engine's name lands on specplan's one implementation of it."""
+    defs = [f"{p.relative_to(ROOT)}:{node.lineno}" for p in PACKAGE.rglob("*.py")
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name]
+    assert len(defs) == 1, f"{name}: defined at {defs}"
