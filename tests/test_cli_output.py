@@ -4,42 +4,26 @@ form, and progress bars only on a terminal."""
 import csv
 import io
 import json
-import subprocess
-import sys
 import threading
 
 import yaml
+from cli_helpers import SMALL, run_cli
 
 from specplan.cli import progress
 from specplan.cli.progress import progress_bar
 
-SMALL = {
-    "seed": 2,
-    "engine": {"max_batch_size": 4, "kv_num_blocks": 20000},
-    "speculation": {"decoding_type": "NGram", "max_draft_len": 3},
-    "acceptance": {"mode": "alpha", "alpha": 0.6},
-    "workload": {"trace": None, "arrival": "poisson", "rate": 40.0, "num_requests": 12, "prompt_len": 16,
-                 "output_len": 10},
-    "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.1},
-}
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-
 
 def test_csv_and_table_read_latencies_in_ms_and_are_not_cut_when_piped(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(SMALL))
-    raw = json.loads(_cli("simulate", path, "--baseline", "--format", "json").stdout)
-    rows = list(csv.reader(io.StringIO(_cli("simulate", path, "--baseline", "--format", "csv").stdout)))
+    path.write_text(yaml.safe_dump({**SMALL, "seed": 2}))
+    raw = json.loads(run_cli("simulate", path, "--baseline", "--format", "json").stdout)
+    rows = list(csv.reader(io.StringIO(run_cli("simulate", path, "--baseline", "--format", "csv").stdout)))
     assert rows[0] == ["metric", "speculative", "baseline"]
     got = {r[0]: r[1:] for r in rows[1:]}
     assert float(got["tpot p99 (ms)"][0]) == raw["tpot_s"]["p99"] * 1e3
     assert float(got["ttft p50 (ms)"][1]) == raw["baseline"]["ttft_s"]["p50"] * 1e3
     assert got["completed_requests"] == ["12", "12"]
-    table = _cli("simulate", path, "--baseline")
+    table = run_cli("simulate", path, "--baseline")
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     cost_line = next(line for line in lines if line.startswith("Cost: "))

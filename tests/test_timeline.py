@@ -2,37 +2,21 @@
 per-request spans, laid out as the format requires (microseconds, nesting per thread, names)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from cli_helpers import SMALL, run_cli
 
 from specplan.reports.timeline import request_lanes
-
-SMALL = {
-    "seed": 1,
-    "engine": {"max_batch_size": 4, "kv_num_blocks": 20000},
-    "speculation": {"decoding_type": "NGram", "max_draft_len": 3},
-    "acceptance": {"mode": "alpha", "alpha": 0.6},
-    "workload": {"trace": None, "arrival": "poisson", "rate": 40.0, "num_requests": 12, "prompt_len": 16,
-                 "output_len": 10},
-    "cost": {"model": "linear_gamma", "t_base_s": 0.01, "gamma": 0.1},
-}
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("timeline")
     (tmp / "s.yaml").write_text(yaml.safe_dump(SMALL))
-    proc = _cli("simulate", tmp / "s.yaml", "--out", tmp / "out", "--timeline", "--baseline", "--format", "json")
+    proc = run_cli("simulate", tmp / "s.yaml", "--out", tmp / "out", "--timeline", "--baseline", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     return tmp / "out", json.loads(proc.stdout)
 
@@ -97,6 +81,6 @@ def test_lanes_by_hand():
 
 
 def test_timeline_without_out_is_one_line_exit_2():
-    proc = _cli("simulate", "--timeline")
+    proc = run_cli("simulate", "--timeline")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         "error: --timeline: give --out DIR to write timeline.json into")
