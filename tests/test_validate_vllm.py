@@ -130,3 +130,33 @@ def test_vllm_cpu_matches_the_simulator(tmp_path, name):
     assert summary["iterations_differing"] == 0, summary["first_difference"]
     assert summary["engine_iterations"] == summary["sim_iterations"]
     assert summary["requests_steps_equal"] == summary["requests"]
+    # vLLM's own Prometheus metrics of the run, read back by `calibrate --from-logs`, give the per-position
+    # rates counted independently from the engine's per-step rows (drafts accepting more than p tokens).
+    k = summary["speculative_config"]["num_speculative_tokens"]
+    steps = pd.read_csv(out / "engine_steps.csv")
+    drafts = steps[steps["drafted"] > 0]
+    n = [len(drafts)] + [int((drafts["accepted"] > p).sum()) for p in range(k)]
+    cal = subprocess.run([sys.executable, "-m", "specplan", "calibrate", "--from-logs", str(out / "metrics.prom"),
+                          "--out", str(tmp_path / "cal")], cwd=Path(__file__).parents[1], capture_output=True, text=True)
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    got = json.loads((tmp_path / "cal" / "acceptance.json").read_text())
+    assert got["num_drafts"] == n[0]
+    assert got["per_position"] == pytest.approx([n[p + 1] / n[p] if n[p] else 0.0 for p in range(k)], abs=1e-12)
+
+
+def test_step_timing_against_the_engine_hand_worked():
+    """Two requests over three steps: a commits 1, 2, 1 tokens, b 1, 1; engine steps 1, 2, 1 s, simulated
+    1.1, 1.8, 1.0 s. Worked by hand: step errors +10%, -10%, 0; throughput 6/4 against 6/3.9; TPOT a 3/3 s
+    and b 2/1 s (mean 1.5) against 2.8/3 and 1.8 (mean 1.3667)."""
+    from specplan.validation.vllm_timing import timing
+
+    rows = pd.DataFrame({"step": [1, 1, 2, 2, 3], "request": ["a", "b", "a", "b", "a"],
+                         "committed": [1, 1, 2, 1, 1]})
+    t = timing(rows, [1.0, 2.0, 1.0], rows, [1.1, 1.8, 1.0])
+    assert t["iterations_timed"] == 3
+    assert t["median_step_ape"] == pytest.approx(0.1) and t["p90_step_ape"] == pytest.approx(0.1)
+    assert t["step_bias"] == pytest.approx(0.0, abs=1e-12)
+    assert t["engine_throughput_tok_s"] == pytest.approx(1.5)
+    assert t["throughput_error"] == pytest.approx((6 / 3.9) / 1.5 - 1)
+    assert t["engine_mean_tpot_s"] == pytest.approx(1.5)
+    assert t["sim_mean_tpot_s"] == pytest.approx((2.8 / 3 + 1.8) / 2)

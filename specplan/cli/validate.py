@@ -22,7 +22,8 @@ def validate(
     out: Path = typer.Option(..., "--out",
                              help="Directory for report.md, iterations.csv, summary.json (and the plot)."),
     profile: Optional[str] = typer.Option(
-        None, "--profile", help="Replay: profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b)."),
+        None, "--profile", help="Replay: profile file, or bundled name GPU/MODEL (e.g. h200/llama-3.1-8b); "
+                                "--engine vllm: price the simulation with it and compare step times too."),
     engine: Optional[str] = typer.Option(
         None, "--engine", help="vllm: run the requests on a real vLLM and compare step by step."),
     device: Optional[Device] = typer.Option(None, "--device", case_sensitive=False,

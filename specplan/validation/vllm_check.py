@@ -98,8 +98,9 @@ def _check_vocabulary(model: str, prompts: list[list[int]], option: str) -> None
                             "tokenized with this model's tokenizer")
 
 
-def sim_config(spec: dict, n: int, settings: dict, trace_path: Path):
-    """The simulate config of the same requests under ``engine: vllm`` (schedule only; the price is irrelevant)."""
+def sim_config(spec: dict, n: int, settings: dict, trace_path: Path, profile: Optional[str] = None):
+    """The simulate config of the same requests under ``engine: vllm``: priced by ``profile`` when given
+    (the step times are then compared too), else by a placeholder price (the schedule does not depend on it)."""
     from specplan.config import build_config
 
     section = {"engine": "vllm", "max_batch_size": settings["max_num_seqs"],
@@ -112,13 +113,15 @@ def sim_config(spec: dict, n: int, settings: dict, trace_path: Path):
             speculation[key] = spec[key]
     return build_config({"engine": section, "speculation": speculation, "acceptance": {"mode": "drafter"},
                          "workload": {"trace": str(trace_path), "arrival": "trace", "num_requests": n},
-                         "cost": {"model": "linear_gamma"}}, "validate --engine vllm")
+                         "cost": {"model": "profile", "profile": profile} if profile else {"model": "linear_gamma"}},
+                        "validate --engine vllm")
 
 
 def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace: Optional[str] = None,
               scenario: Optional[str] = None, num_prompts: int = 24, max_tokens: int = 96,
               max_prompt_tokens: int = 768, max_model_len: Optional[int] = None, max_num_seqs: int = 24,
-              max_num_batched_tokens: int = 8192, device: str = "cpu", threads: Optional[int] = None) -> dict:
+              max_num_batched_tokens: int = 8192, device: str = "cpu", threads: Optional[int] = None,
+              profile: Optional[str] = None) -> dict:
     """The whole command (module docstring); returns the summary it wrote to ``out/summary.json``."""
     from specplan.validation import vllm_env
 
@@ -149,7 +152,8 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
     out = Path(out)
     reqs = [Request(id=rid, prompt_ids=p, output_ids=engine.outputs[rid], arrival_s=0.0) for rid, p in zip(ids, prompts)]
     trace_path = write_token_trace(reqs, out / "trace.jsonl")
-    result = simulate(sim_config(spec, len(reqs), engine.settings, trace_path), requests=reqs, record_batches=True)
+    result = simulate(sim_config(spec, len(reqs), engine.settings, trace_path, profile), requests=reqs,
+                      record_batches=True)
 
     e_rows = vc.engine_rows(engine, {r.id: r.prompt_len for r in reqs})
     s_rows = vc.sim_rows(result, ids)
@@ -162,5 +166,14 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
                "model": model or vllm_env.bundled_gguf().name, "device": device, "max_tokens": max_tokens,
                "speculative_config": spec, "engine_settings": engine.settings,
                "engine_wall_s": float(sum(engine.step_s))}
-    write_outputs(out, summary, table, requests)
+    if profile:
+        from specplan.validation.vllm_timing import timing
+
+        summary["profile"] = profile
+        summary["timing"] = timing(e_rows, engine.step_s, s_rows, result.iterations["step_s"].to_numpy())
+    import pandas as pd
+
+    steps = pd.DataFrame([vars(r) for r in engine.rows],
+                         columns=["step", "request", "scheduled", "drafted", "accepted", "committed"])
+    write_outputs(out, summary, table, requests, steps, engine.metrics_text)
     return summary

@@ -48,6 +48,7 @@ class EngineRun:
     step_s: list[float] = field(default_factory=list)
     outputs: dict[str, list[int]] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
+    metrics_text: Optional[str] = None  # the engine's Prometheus metrics after the run, as /metrics serves them
 
 
 class StepRecorder:
@@ -133,6 +134,17 @@ def _shutdown(llm) -> None:
     cleanup_dist_env_and_memory()
 
 
+def _prometheus_text() -> Optional[str]:
+    """The process's Prometheus registry in the text exposition format (what ``vllm serve``'s
+    ``/metrics`` serves), or None when vLLM registered no metrics here."""
+    try:
+        from prometheus_client import REGISTRY, generate_latest
+    except ImportError:
+        return None
+    text = generate_latest(REGISTRY).decode()
+    return text if "vllm:" in text else None
+
+
 def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str], *, max_tokens: int,
                speculative_config: Optional[dict], max_num_seqs: int, max_num_batched_tokens: int,
                max_model_len: Optional[int], device: str, seed: int = 0, record: bool = True) -> EngineRun:
@@ -144,8 +156,10 @@ def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str],
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    # Stats on for the recorded run only: its Prometheus counters (spec_decode_*) are then this run's alone.
     kwargs = dict(model=model, seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                  enable_prefix_caching=False, enable_chunked_prefill=True, speculative_config=speculative_config)
+                  enable_prefix_caching=False, enable_chunked_prefill=True, speculative_config=speculative_config,
+                  disable_log_stats=not record)
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
     if device == "cpu":
@@ -172,6 +186,7 @@ def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str],
             for row in recorder.rows:
                 row.request = ids[int(row.request.split("-", 1)[0])]
             run.rows, run.step_s = recorder.rows, recorder.step_s
+            run.metrics_text = _prometheus_text()
         return run
     finally:
         _shutdown(llm)

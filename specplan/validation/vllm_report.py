@@ -37,14 +37,30 @@ def _markdown(summary: dict) -> str:
                   "| | " + " | ".join(first["engine"]) + " |", "|" + " --- |" * (len(first["engine"]) + 1),
                   "| engine | " + " | ".join(str(v) for v in first["engine"].values()) + " |",
                   "| sim | " + " | ".join(str(v) for v in first["sim"].values()) + " |"]
+    if "timing" in s:
+        t = s["timing"]
+        lines += ["", f"Step times, priced by profile `{s['profile']}`: median per-iteration error "
+                      f"{t['median_step_ape']:.1%} (p90 {t['p90_step_ape']:.1%}, bias {t['step_bias']:+.1%}) over "
+                      f"{t['iterations_timed']} iterations; throughput {t['sim_throughput_tok_s']:.1f} tok/s simulated "
+                      f"against {t['engine_throughput_tok_s']:.1f} measured ({t['throughput_error']:+.1%}); mean TPOT "
+                      f"{t['sim_mean_tpot_s'] * 1e3:.2f} ms against {t['engine_mean_tpot_s'] * 1e3:.2f} ms "
+                      f"({t['tpot_error']:+.1%})."]
     lines += ["", "`iterations.csv` holds every iteration's engine and simulated columns and whether they differ; "
-                  "`requests.csv` every request's steps, drafted and accepted on both sides."]
+                  "`requests.csv` every request's steps, drafted and accepted on both sides; `engine_steps.csv` "
+                  "every request in every engine step; `metrics.prom` vLLM's own Prometheus metrics of the run "
+                  "(`specplan calibrate --from-logs metrics.prom` fits acceptance from them)."]
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, summary: dict, iterations: pd.DataFrame, requests: pd.DataFrame) -> None:
-    """Write the three files (and ``requests.csv``) under ``out``."""
+def write_outputs(out: Path, summary: dict, iterations: pd.DataFrame, requests: pd.DataFrame,
+                  engine_steps: pd.DataFrame, metrics_text: str | None) -> None:
+    """Write the three files, ``requests.csv``, ``engine_steps.csv`` (every request in every engine step)
+    and, when vLLM registered them, its Prometheus metrics as ``metrics.prom`` (the input of
+    ``specplan calibrate --from-logs``) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "engine_steps.csv", lambda p: engine_steps.to_csv(p, index=False))
+    if metrics_text is not None:
+        atomic_write_text(out / "metrics.prom", metrics_text)
     atomic_write(out / "iterations.csv", lambda p: iterations.to_csv(p, index=False))
     atomic_write(out / "requests.csv", lambda p: requests.to_csv(p, index=True, index_label="request"))
     atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2) + "\n")
