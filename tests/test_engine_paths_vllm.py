@@ -90,22 +90,23 @@ def test_five_item_entries_bucket_by_context():
 
 def test_drafts_bounded_by_max_model_len():
     # Prompt 10, output 20, K 4, max_model_len 32, nothing accepted: after step n the sequence holds
-    # t = 10 + n tokens. The draft for step n + 1 is min(4, 32 - 1 - t) while t + 4 <= 32, i.e. 4 up to
-    # t = 27 and 3 at t = 28; from t = 29 the longest sequence + K passes 32 and the n-gram drafter is
-    # skipped: K = 4 dummy tokens, never accepted.
+    # t = 10 + n tokens. From t = 29 the longest sequence + K passes 32 and the n-gram drafter is skipped
+    # (K = 4 dummy tokens, never accepted); either way the scheduler verifies at most 32 - 1 - t of a
+    # row's drafts (Scheduler.schedule: new tokens stop at max_model_len - num_computed_tokens - 1), so
+    # the draft for step n + 1 is min(4, 31 - t): 4 up to t = 27, then 3 and 2.
     it = _run([10], [20], cap=[8], max_model_len=32)
     t = 10 + np.arange(1, len(it["k"]))
-    want = np.where(t + 4 > 32, 4, np.minimum(4, 32 - 1 - t))
-    assert (it["drafted"][1:] == want).all() and want.tolist()[-3:] == [4, 3, 4]
+    want = np.minimum(4, 32 - 1 - t)
+    assert (it["drafted"][1:] == want).all() and want.tolist()[-3:] == [4, 3, 2]
     assert (it["verified_tokens"][1:] == 1 + want).all()
 
 
 def test_dummy_drafts_are_never_accepted():
     # Prompt 10, output 24, K 4, max_model_len 34, every real draft accepted: the sequence grows
-    # 11 -> 16 -> 21 -> 26 -> 31 (5 a step); at 31, 31 + 4 > 34, so the last three steps verify 4
-    # dummies each and commit one token: 32, 33, 34.
+    # 11 -> 16 -> 21 -> 26 -> 31 (5 a step); at 31, 31 + 4 > 34, so the last three steps verify dummies,
+    # min(4, 34 - 1 - t) of them at t = 31, 32, 33 (2, 1, 0), and commit one token each: 32, 33, 34.
     it = _run([10], [24], cap=[8], accept_all=True, max_model_len=34)
-    assert it["drafted"].tolist() == [0, 4, 4, 4, 4, 4, 4, 4]
+    assert it["drafted"].tolist() == [0, 4, 4, 4, 4, 2, 1, 0]
     assert it["accepted"].tolist() == [0, 4, 4, 4, 4, 0, 0, 0]
     assert it["committed"].tolist() == [1, 5, 5, 5, 5, 1, 1, 1]
     # Without max_model_len the step from 31 accepts 4 and commits the last 3 tokens.

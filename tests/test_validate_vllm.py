@@ -131,11 +131,12 @@ def test_vllm_cpu_matches_the_simulator(tmp_path, name):
     assert summary["engine_iterations"] == summary["sim_iterations"]
     assert summary["requests_steps_equal"] == summary["requests"]
     # vLLM's own Prometheus metrics of the run, read back by `calibrate --from-logs`, give the per-position
-    # rates counted independently from the engine's per-step rows (drafts accepting more than p tokens).
+    # rates counted independently from the engine's per-step rows (drafts accepting more than p tokens, as
+    # SpecDecodingStats counts them: before the stop check cuts a finishing request's tokens).
     k = summary["speculative_config"]["num_speculative_tokens"]
     steps = pd.read_csv(out / "engine_steps.csv")
     drafts = steps[steps["drafted"] > 0]
-    n = [len(drafts)] + [int((drafts["accepted"] > p).sum()) for p in range(k)]
+    n = [len(drafts)] + [int((drafts["accepted_stats"] > p).sum()) for p in range(k)]
     cal = subprocess.run([sys.executable, "-m", "specplan", "calibrate", "--from-logs", str(out / "metrics.prom"),
                           "--out", str(tmp_path / "cal")], cwd=Path(__file__).parents[1], capture_output=True, text=True)
     assert cal.returncode == 0, cal.stderr[-2000:]

@@ -54,10 +54,11 @@ def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np
                             max_model_len: Optional[int], ngram: bool) -> None:
     """vLLM, after a step: the drafts of the rows that ran, verified when each is next scheduled.
 
-    Rows still prefilling or finished propose nothing. Drafts are bounded by
-    ``max_model_len - 1 - num_tokens``; when the longest sequence plus K passes ``max_model_len``
-    the n-gram drafter is skipped for the whole batch and every row verifies K dummy tokens that are
-    never accepted.
+    Rows still prefilling or finished propose nothing. When the longest sequence plus K passes
+    ``max_model_len`` the n-gram drafter is skipped for the whole batch and every row gets K dummy
+    tokens that are never accepted (``gpu_model_runner._input_fits_in_drafter``). Either way the
+    scheduler verifies at most ``max_model_len - 1 - num_tokens`` of a row's drafts (``schedule``: a
+    row's new tokens stop at ``max_model_len - num_computed_tokens - 1``).
     """
     st.pending_drafted[rows] = 0
     st.pending_accepted[rows] = 0
@@ -67,9 +68,9 @@ def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np
     prop = rows[live]
     tokens = st.plen[prop] + st.generated[prop]
     if max_model_len is not None and ngram and int(tokens.max()) + k > max_model_len:
-        st.pending_drafted[prop] = k
-        return
-    drafted, accepted = oracle.draft(prop, st.generated[prop], k)
+        drafted, accepted = np.full(len(prop), k, dtype=np.int64), np.zeros(len(prop), dtype=np.int64)
+    else:
+        drafted, accepted = oracle.draft(prop, st.generated[prop], k)
     if max_model_len is not None:
         drafted = np.clip(np.minimum(drafted, max_model_len - 1 - tokens), 0, None)
         accepted = np.minimum(accepted, drafted)

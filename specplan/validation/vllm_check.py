@@ -106,7 +106,7 @@ def sim_config(spec: dict, n: int, settings: dict, trace_path: Path, profile: Op
     section = {"engine": "vllm", "max_batch_size": settings["max_num_seqs"],
                "max_num_tokens": settings["max_num_batched_tokens"], "enable_chunked_prefill": True,
                "capacity_scheduler_policy": "MAX_UTILIZATION", "kv_block_size": 16, "kv_num_blocks": 1 << 20,
-               "max_model_len": settings["max_model_len"]}
+               "max_model_len": settings["max_model_len"], "enable_prefix_caching": False}  # off in the engine run
     speculation = {"decoding_type": "vllm_ngram", "max_draft_len": spec["num_speculative_tokens"]}
     for key in ("prompt_lookup_min", "prompt_lookup_max"):
         if key in spec:
@@ -174,6 +174,6 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
     import pandas as pd
 
     steps = pd.DataFrame([vars(r) for r in engine.rows],
-                         columns=["step", "request", "scheduled", "drafted", "accepted", "committed"])
+                         columns=["step", "request", "scheduled", "drafted", "accepted", "committed", "accepted_stats"])
     write_outputs(out, summary, table, requests, steps, engine.metrics_text)
     return summary

@@ -8,8 +8,11 @@ methods of the live scheduler instance gives, per step and in the scheduler's ow
 
 - scheduled requests and tokens: ``SchedulerOutput.num_scheduled_tokens`` (request id -> tokens);
 - drafts: ``SchedulerOutput.scheduled_spec_decode_tokens`` (the draft tokens being verified);
-- accepted: ``len(sampled_token_ids[row]) - 1`` for a row that verified a draft, the count vLLM's
-  own ``SpecDecodingStats`` takes (``num_accepted = len(generated) - num_sampled_tokens_per_step``);
+- accepted: ``len(sampled_token_ids[row]) - 1`` for a row that verified a draft, read twice: before
+  ``update_from_output``, the count vLLM's own ``SpecDecodingStats`` (and so its Prometheus metrics)
+  take (``accepted_stats``), and after it, once the stop check has cut a finishing request's tokens
+  in place at ``max_tokens`` / EOS: the accepted tokens kept (``accepted``, what the simulation,
+  capped at the recorded output, is compared with);
 - committed: the ``new_token_ids`` of the step's ``EngineCoreOutputs`` (after stop checks);
 - wall time: from ``schedule()`` entry to ``update_from_output()`` return.
 
@@ -36,8 +39,9 @@ class StepRow:
     request: str
     scheduled: int  # tokens scheduled for it (prefill chunk, or 1 + verified drafts)
     drafted: int  # draft tokens verified this step
-    accepted: int  # of those, accepted
+    accepted: int  # of those, accepted and kept (after the stop check cut the output at max_tokens/EOS)
     committed: int  # tokens appended to its output this step
+    accepted_stats: int = 0  # accepted as vLLM's SpecDecodingStats count it: before the stop check
 
 
 @dataclass
@@ -65,16 +69,27 @@ class StepRecorder:
             return schedule(*args, **kwargs)
 
         def recorded_update(scheduler_output, model_runner_output):
+            # The stop check truncates sampled_token_ids in place: their lengths now are what the stats count.
+            before = self._sampled_lengths(scheduler_output, model_runner_output)
             result = update(scheduler_output, model_runner_output)
             if scheduler_output.total_num_scheduled_tokens > 0:
-                self._record(scheduler_output, model_runner_output, result)
+                self._record(scheduler_output, model_runner_output, result, before)
                 self.step_s.append(time.perf_counter() - self._t0)
             return result
 
         scheduler.schedule = timed_schedule
         scheduler.update_from_output = recorded_update
 
-    def _record(self, sched_out, runner_out, engine_outputs) -> None:
+    @staticmethod
+    def _sampled_lengths(sched_out, runner_out) -> dict[str, int]:
+        sampled = runner_out.sampled_token_ids
+        out = {}
+        for rid in sched_out.scheduled_spec_decode_tokens:
+            idx = runner_out.req_id_to_index.get(rid)
+            out[rid] = len(sampled[idx]) if sampled and idx is not None else 0
+        return out
+
+    def _record(self, sched_out, runner_out, engine_outputs, sampled_before: dict[str, int]) -> None:
         step = len(self.step_s) + 1
         committed: dict[str, int] = {}
         for outs in engine_outputs.values():
@@ -86,7 +101,8 @@ class StepRecorder:
             idx = runner_out.req_id_to_index.get(rid)
             generated = sampled[idx] if sampled and idx is not None else []
             accepted = max(len(generated) - 1, 0) if drafts else 0
-            self.rows.append(StepRow(step, rid, int(n), len(drafts), accepted, committed.get(rid, 0)))
+            stats = max(sampled_before.get(rid, 0) - 1, 0) if drafts else 0
+            self.rows.append(StepRow(step, rid, int(n), len(drafts), accepted, committed.get(rid, 0), stats))
 
 
 def _scheduler(llm):
