@@ -102,16 +102,18 @@ def test_drafts_bounded_by_max_model_len():
 
 
 def test_dummy_drafts_are_never_accepted():
-    # Prompt 10, output 24, K 4, max_model_len 34, every real draft accepted: the sequence grows
-    # 11 -> 16 -> 21 -> 26 -> 31 (5 a step); at 31, 31 + 4 > 34, so the last three steps verify dummies,
-    # min(4, 34 - 1 - t) of them at t = 31, 32, 33 (2, 1, 0), and commit one token each: 32, 33, 34.
-    it = _run([10], [24], cap=[8], accept_all=True, max_model_len=34)
-    assert it["drafted"].tolist() == [0, 4, 4, 4, 4, 2, 1, 0]
-    assert it["accepted"].tolist() == [0, 4, 4, 4, 4, 0, 0, 0]
-    assert it["committed"].tolist() == [1, 5, 5, 5, 5, 1, 1, 1]
-    # Without max_model_len the step from 31 accepts 4 and commits the last 3 tokens.
-    free = _run([10], [24], cap=[8], accept_all=True)
-    assert free["committed"].tolist() == [1, 5, 5, 5, 5, 3]
+    # Prompt 10, output 23, K 4, max_model_len 33, every real draft accepted. A step's longest sequence is
+    # its context plus its scheduled tokens: steps 2-5 hold 15, 20, 25, 30 (5 a step), and after each the
+    # request holds 16, 21, 26, 31 tokens. After step 5, 30 + 4 > 33: the drafter is skipped and the row
+    # gets dummies, of which the scheduler verifies 33 - 1 - 31 = 1 (never accepted: commit 1); after
+    # step 6 (32 tokens) 0; step 7 commits the last token.
+    it = _run([10], [23], cap=[8], accept_all=True, max_model_len=33)
+    assert it["drafted"].tolist() == [0, 4, 4, 4, 4, 1, 0]
+    assert it["accepted"].tolist() == [0, 4, 4, 4, 4, 0, 0]
+    assert it["committed"].tolist() == [1, 5, 5, 5, 5, 1, 1]
+    # Without max_model_len the step after 31 tokens drafts 4 and commits the last 2 tokens.
+    free = _run([10], [23], cap=[8], accept_all=True)
+    assert free["committed"].tolist() == [1, 5, 5, 5, 5, 2]
 
 
 def test_max_model_len_refuses_a_request_that_does_not_fit():

@@ -51,12 +51,16 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
 
 
 def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, k: int,
-                            max_model_len: Optional[int], ngram: bool) -> None:
+                            max_model_len: Optional[int], ngram: bool, max_seq_len: int = 0,
+                            num_spec_tokens: int = 0) -> None:
     """vLLM, after a step: the drafts of the rows that ran, verified when each is next scheduled.
 
-    Rows still prefilling or finished propose nothing. When the longest sequence plus K passes
-    ``max_model_len`` the n-gram drafter is skipped for the whole batch and every row gets K dummy
-    tokens that are never accepted (``gpu_model_runner._input_fits_in_drafter``). Either way the
+    Rows still prefilling or finished propose nothing. When the step's longest sequence
+    (``max_seq_len``: context + scheduled tokens over every row that ran, finishing ones included) plus
+    the configured ``num_spec_tokens`` passes ``max_model_len``, the n-gram drafter is skipped for the
+    whole batch and every row gets ``num_spec_tokens`` dummy tokens that are never accepted
+    (``gpu_model_runner._input_fits_in_drafter``, which reads the attention metadata's
+    ``max_seq_len`` and the static ``num_spec_tokens``). Either way the
     scheduler verifies at most ``max_model_len - 1 - num_tokens`` of a row's drafts (``schedule``: a
     row's new tokens stop at ``max_model_len - num_computed_tokens - 1``).
     """
@@ -67,8 +71,9 @@ def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np
         return
     prop = rows[live]
     tokens = st.plen[prop] + st.generated[prop]
-    if max_model_len is not None and ngram and int(tokens.max()) + k > max_model_len:
-        drafted, accepted = np.full(len(prop), k, dtype=np.int64), np.zeros(len(prop), dtype=np.int64)
+    if max_model_len is not None and ngram and max_seq_len + num_spec_tokens > max_model_len:
+        drafted = np.full(len(prop), num_spec_tokens, dtype=np.int64)
+        accepted = np.zeros(len(prop), dtype=np.int64)
     else:
         drafted, accepted = oracle.draft(prop, st.generated[prop], k)
     if max_model_len is not None:

@@ -334,7 +334,8 @@ class Executor:
                 self._k_next = self._lookup(len(rows), int((st.plen[rows] + st.generated[rows]).max()))
                 gate = self.gate or self.legacy_gate
                 if gate is None or not gate.disabled:
-                    propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len, s.drafter == "vllm_ngram")
+                    propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len,
+                                            s.drafter == "vllm_ngram", int((resident + q).max()), s.max_draft_len)
             finished = rows[st.generated[rows] >= st.olen[rows]]
             if len(finished):
                 self._on_finish(finished, it)
