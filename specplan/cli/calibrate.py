@@ -49,7 +49,7 @@ def calibrate(
     from specplan.outputs import check_output_dir
 
     check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
-    run_calibration(model, out, tp=tp, device=device, budget_s=budget_s, layers=layers, name=name, seed=seed,
+    run_calibration(model, out, tp=tp, device=str(device), budget_s=budget_s, layers=layers, name=name, seed=seed,
                     repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)
 
 

@@ -55,7 +55,7 @@ def capacity(
         raise ConfigError(f"{scenario}: speculation is off; give --candidates or a speculation section")
     console = Console()
     out.mkdir(parents=True, exist_ok=True)
-    with make_runner(backend, workers, address) as runner:
+    with make_runner(str(backend), workers, address) as runner:
         table = search_capacity(base, rate, slo, cands, runner, out, max_replicas)
     atomic_write(out / "capacity.csv", lambda p: table.to_csv(p, index=False))
     capacity_figure(table, out / "capacity.png")

@@ -129,7 +129,7 @@ def recommend(
     console.print(f"Searching {cfg.engine.engine} {cfg.speculation.decoding_type} up to max_batch_size "
                   f"{cfg.engine.max_batch_size} for the most goodput under TPOT <= {slo_tpot_ms:g} ms"
                   + (f", TTFT <= {slo_ttft_ms:g} ms" if slo_ttft_ms else "") + ".")
-    with make_runner(backend, workers, address) as runner:
+    with make_runner(str(backend), workers, address) as runner:
         rec = search(cfg, runner, RecordStore(out / "records"), slo_tpot_s=slo_tpot_ms / 1e3,
                      slo_ttft_s=slo_ttft_ms / 1e3 if slo_ttft_ms else None, rates=_numbers(rates, "--rates"),
                      k_max=max_draft_len, band_edges=_numbers(bands, "--bands", int),

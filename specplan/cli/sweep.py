@@ -82,7 +82,7 @@ def sweep(
     check_output_dir(out)
     runnable_plan(sweep_spec, out)  # before the header: a sweep with no valid point is one line
     failures: list = []
-    with make_runner(backend, workers, address) as runner:
+    with make_runner(str(backend), workers, address) as runner:
         console.print(f"Sweep {spec}: axes {', '.join(sweep_spec.axes) or 'none'}; "
                       f"{'with' if sweep_spec.baseline else 'without'} baselines; {backend} backend, "
                       f"{runner.workers} worker(s).")

@@ -70,7 +70,7 @@ def validate(
         summary = run_check(out, model=model, speculative_config=speculative_config, trace=trace,
                             scenario=scenario[0] if scenario else None, num_prompts=num_prompts,
                             max_tokens=max_tokens, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=max_num_batched_tokens, device=device or "cpu",
+                            max_num_batched_tokens=max_num_batched_tokens, device=str(device or "cpu"),
                             threads=threads)
         typer.echo(f"engine {summary['engine_iterations']} iterations, simulated {summary['sim_iterations']}; "
                    f"{summary['iterations_differing']} of {summary['iterations_compared']} differ; "
@@ -83,7 +83,7 @@ def validate(
 
     check_output_dir(out)
 
-    run_validation(profile, out, device=device or "cuda", scenarios=scenario or list(BUNDLED), model=model,
+    run_validation(profile, out, device=str(device or "cuda"), scenarios=scenario or list(BUNDLED), model=model,
                    threads=threads, seed=seed, warmup=warmup, attention=attention)
 
 
