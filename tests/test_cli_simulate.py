@@ -1,11 +1,10 @@
 """`specplan simulate` end to end through the console entry point."""
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import yaml
+from cli_helpers import run_cli
 
 SMALL = {
     "seed": 3,
@@ -22,15 +21,10 @@ KEYS = {"completed_requests", "output_tokens", "throughput_tok_s", "mean_accepta
         "e2e_s", "seed"}
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_json_output_with_baseline(tmp_path):
     cfg = tmp_path / "small.yaml"
     cfg.write_text(yaml.safe_dump(SMALL))
-    out = _run("simulate", str(cfg), "--baseline", "--format", "json", "--out", str(tmp_path / "run"))
+    out = run_cli("simulate", str(cfg), "--baseline", "--format", "json", "--out", str(tmp_path / "run"))
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert KEYS <= set(data) and KEYS - {"seed"} <= set(data["baseline"])
@@ -47,8 +41,8 @@ def test_json_output_with_baseline(tmp_path):
 def test_set_overrides_and_bad_field_one_line(tmp_path):
     cfg = tmp_path / "small.yaml"
     cfg.write_text(yaml.safe_dump(SMALL))
-    ok = _run("simulate", str(cfg), "--set", "speculation.max_draft_len=0", "--format", "json")
+    ok = run_cli("simulate", str(cfg), "--set", "speculation.max_draft_len=0", "--format", "json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["spec_iterations"] == 0
-    bad = _run("simulate", str(cfg), "--set", "engine.max_batch=4")
+    bad = run_cli("simulate", str(cfg), "--set", "engine.max_batch=4")
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "engine.max_batch" in bad.stderr and "Traceback" not in bad.stderr
