@@ -148,7 +148,7 @@ def test_stamped_requests_keep_a_one_token_budget():
     ex.run()
     names = ("iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
              "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens")
-    it = {n: np.array([row[i] for row in ex.trace.iterations]) for i, n in enumerate(names)}
+    it = {n: ex.trace.iterations.column(n) for n in names}
     first_a = ex.trace.finish[0]
     phase1 = (it["start_s"] < first_a - 1e-9) & (it["prefill_tokens"] == 0)
     assert phase1.sum() == 9 and (it["batch_rows"][phase1] == 1).all() and it["spec_on"][phase1].all()

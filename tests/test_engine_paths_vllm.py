@@ -41,7 +41,7 @@ def _run(plen, olen, cap, accept_all=False, max_num_tokens=8192, k=4, ranges=Non
     wl = Workload(plen, olen, None, np.full(len(plen), -1), concurrency=len(plen))
     ex = Executor(settings, wl, _Fixed(plen, olen, cap, accept_all), _FixedCost())
     ex.run()
-    return {n: np.array([row[i] for row in ex.trace.iterations]) for i, n in enumerate(ITERATION_FIELDS)}
+    return {n: ex.trace.iterations.column(n) for n in ITERATION_FIELDS}
 
 
 def test_chunked_prefill_always_on(make_config):
@@ -156,7 +156,7 @@ def test_prefix_caching_skips_cached_prompt_blocks(prompt_len, second_prefill):
     cache = PrefixCache(reqs, 16)
     ex = Executor(settings, wl, _Fixed(plen, olen, [0, 0], False), _FixedCost(), prefix_cache=cache)
     ex.run()
-    prefill = [row[ITERATION_FIELDS.index("prefill_tokens")] for row in ex.trace.iterations]
+    prefill = ex.trace.iterations.column("prefill_tokens").tolist()
     assert [p for p in prefill if p] == [prompt_len, second_prefill]
     assert cache.hit_tokens == prompt_len - second_prefill
 

@@ -18,8 +18,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost
+from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
 
 
@@ -63,7 +63,7 @@ def fit_linear_csv(path: str | Path) -> LinearCoefficients:
     return fit_linear(pts["num_tokens"], pts["batch"] * pts["context"], pts["batch"], pts["seconds"])
 
 
-class LinearCostModel(CostModel):
+class LinearCostModel(TermsCostModel):
     """``c0 + c_tok N + c_kv KV + c_seq B``, optionally times ``1 + draft_fraction`` when verifying."""
 
     name = "linear"
@@ -74,13 +74,12 @@ class LinearCostModel(CostModel):
         self.draft = draft
         self.draft_fraction = draft_fraction
 
-    def step_time(self, batch: StepBatch) -> float:
-        if batch.num_seqs == 0:
+    def step_time_terms(self, b: BatchTerms) -> float:
+        if b.num_seqs == 0:
             return 0.0
         c = self.c
-        t = (c.c0_s + c.c_tok_s * batch.num_tokens + c.c_kv_s * float(batch.context_tokens.sum())
-             + c.c_seq_s * batch.num_seqs)
-        if self.draft_fraction and bool(((batch.query_tokens > 1) & ~batch.is_prefill).any()):
+        t = c.c0_s + c.c_tok_s * b.num_tokens + c.c_kv_s * float(b.context_tokens) + c.c_seq_s * b.num_seqs
+        if self.draft_fraction and b.verify_rows:
             t *= 1.0 + self.draft_fraction
         return t
 

@@ -30,10 +30,9 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from specplan.config import StrictModel, format_validation_error
-from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.draft import DraftCost, DraftCostSection
 from specplan.config import CostConfig
-from specplan.cost_models.terms import BatchTerms, padded_tokens, tp_comm_s
+from specplan.cost_models.terms import BatchTerms, TermsCostModel, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
 from specplan.errors import ConfigError, read_failure
 from specplan.strict_yaml import strict_load
@@ -188,7 +187,7 @@ class Segments:
         return y[i] + (y[i + 1] - y[i]) * (n - x[i]) / (x[i + 1] - x[i])
 
 
-class ProfileCostModel(CostModel):
+class ProfileCostModel(TermsCostModel):
     """The calibrated model: interpolates a measured profile (see the module docstring)."""
 
     name = "profile"
@@ -217,11 +216,10 @@ class ProfileCostModel(CostModel):
                 stacklevel=3,
             )
 
-    def step_time(self, batch: StepBatch) -> float:
-        """Seconds for one forward over ``batch``, host overhead included (0 for an empty batch)."""
-        if batch.num_seqs == 0:
+    def step_time_terms(self, t: BatchTerms) -> float:
+        """Seconds for one forward, host overhead included (0 for an empty batch)."""
+        if t.num_seqs == 0:
             return 0.0
-        t = BatchTerms.of(batch)
         o, r = self.options, self._range
         n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if o.cuda_graph_padding else t.num_tokens
         self._warn_outside("total tokens", n, *r.tokens)

@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import math
 
-from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.hardware import GPUSpec
 from specplan.cost_models.models import ModelSpec
 from specplan.config import CostConfig
-from specplan.cost_models.terms import ACT_BYTES, BatchTerms, padded_tokens, tp_comm_s
+from specplan.cost_models.terms import ACT_BYTES, BatchTerms, TermsCostModel, padded_tokens, tp_comm_s
 
 
 COMPONENTS = ("gemm", "attention_decode", "attention_prefill", "small_kernels", "lm_head", "tp_comm", "host")
 
 
-class RooflineCostModel(CostModel):
+class RooflineCostModel(TermsCostModel):
     """Analytic step time of ``model`` on ``gpu`` at tensor parallelism ``tp``; see the module docstring."""
 
     name = "roofline"
@@ -87,8 +87,7 @@ class RooflineCostModel(CostModel):
         return math.sqrt(self._attn_floor2 + (kv_tokens * self._kv_s_per_token) ** 2
                          + (work * self._attn_s_per_work) ** 2)
 
-    def _parts(self, batch: StepBatch) -> tuple[float, ...]:
-        t = BatchTerms.of(batch)
+    def _parts(self, t: BatchTerms) -> tuple[float, ...]:
         o, m = self.options, self.model
         n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if o.cuda_graph_padding else t.num_tokens
         layers = m.num_layers
@@ -105,13 +104,13 @@ class RooflineCostModel(CostModel):
 
     def components(self, batch: StepBatch) -> dict[str, float]:
         """Seconds of each part of the step (whole model, all layers); their sum is ``step_time``."""
-        return dict(zip(COMPONENTS, self._parts(batch)))
+        return dict(zip(COMPONENTS, self._parts(BatchTerms.of(batch))))
 
-    def step_time(self, batch: StepBatch) -> float:
-        """Seconds for one forward over ``batch``, host overhead included (0 for an empty batch)."""
-        if batch.num_seqs == 0:
+    def step_time_terms(self, t: BatchTerms) -> float:
+        """Seconds for one forward, host overhead included (0 for an empty batch)."""
+        if t.num_seqs == 0:
             return 0.0
-        return sum(self._parts(batch))
+        return sum(self._parts(t))
 
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         """Drafting seconds on the critical path: host NGram pool or GPU SA kernel (``DraftCost``)."""

@@ -23,7 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
-from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
 
 
@@ -40,12 +40,12 @@ def _table_over_b(value: float | Mapping[int, float], field: str, positive: bool
     return np.array([float(b) for b, _ in items]), np.array([float(v) for _, v in items])
 
 
-def _k_eff(batch: StepBatch) -> tuple[int, float]:
-    b = batch.num_seqs
-    return b, (batch.num_tokens - b) / b
+def _k_eff(t: BatchTerms) -> tuple[int, float]:
+    b = t.num_seqs
+    return b, (t.num_tokens - b) / b
 
 
-class LinearGammaCostModel(CostModel):
+class LinearGammaCostModel(TermsCostModel):
     """``T = t_base(B) * (1 + gamma(B) * K_eff)``, drafting ``draft_cost_s``; see the module docstring."""
 
     name = "linear_gamma"
@@ -56,10 +56,10 @@ class LinearGammaCostModel(CostModel):
         self._g = _table_over_b(gamma, "gamma", positive=False)
         self.draft_cost_s = draft_cost_s
 
-    def step_time(self, batch: StepBatch) -> float:
-        if batch.num_seqs == 0:
+    def step_time_terms(self, t: BatchTerms) -> float:
+        if t.num_seqs == 0:
             return 0.0
-        b, k_eff = _k_eff(batch)
+        b, k_eff = _k_eff(t)
         t_base = float(np.interp(b, *self._tb))
         return t_base * (1.0 + float(np.interp(b, *self._g)) * k_eff)
 
@@ -71,7 +71,7 @@ class LinearGammaCostModel(CostModel):
                 f"t_base over B {self._tb[0].astype(int).tolist()}, gamma over B {self._g[0].astype(int).tolist()}")
 
 
-class TableCostModel(CostModel):
+class TableCostModel(TermsCostModel):
     """Step seconds tabulated per (B, K), interpolated bilinearly; see the module docstring."""
 
     name = "table"
@@ -90,10 +90,10 @@ class TableCostModel(CostModel):
             self._b.append(float(b))
             self._rows.append((np.array(ks, dtype=float), np.array([row[k] for k in ks], dtype=float)))
 
-    def step_time(self, batch: StepBatch) -> float:
-        if batch.num_seqs == 0:
+    def step_time_terms(self, t: BatchTerms) -> float:
+        if t.num_seqs == 0:
             return 0.0
-        b, k_eff = _k_eff(batch)
+        b, k_eff = _k_eff(t)
         i = bisect.bisect_right(self._b, b) - 1
         if i < 0 or i == len(self._b) - 1:
             return float(np.interp(k_eff, *self._rows[max(i, 0)]))

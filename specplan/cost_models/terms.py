@@ -15,18 +15,21 @@ context, write the new positions).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from abc import abstractmethod
+from typing import NamedTuple
 
 import numpy as np
 
-from specplan.cost_models.base import StepBatch
+from specplan.cost_models.base import CostModel, StepBatch
 
 ACT_BYTES = 2  # activations, all-reduce payloads and gathered logits travel in 16-bit
 
 
-@dataclass(frozen=True)
-class BatchTerms:
-    """Reductions of one ``StepBatch``. ``decode`` rows are the non-prefill ones (generation/verify)."""
+class BatchTerms(NamedTuple):
+    """Reductions of one ``StepBatch``. ``decode`` rows are the non-prefill ones (generation/verify).
+
+    The compiled step (``specplan.simulator.step.price_step``) computes the same fields exactly
+    (integer sums), so every built-in model prices a step without per-row arrays."""
 
     num_seqs: int
     num_tokens: int
@@ -36,6 +39,8 @@ class BatchTerms:
     work_decode: float
     work_prefill: float
     max_context: int
+    context_tokens: int  # resident KV summed over the rows
+    verify_rows: int  # generation rows computing more than one position (drafts verified)
 
     @classmethod
     def of(cls, batch: StepBatch) -> "BatchTerms":
@@ -45,14 +50,26 @@ class BatchTerms:
         c = batch.context_tokens.astype(np.int64, copy=False)
         pre = batch.is_prefill
         max_ctx = int(c.max()) if c.size else 0
+        c_sum, verify = int(c.sum()), int(((q > 1) & ~pre).sum())
         if not pre.any():
             n, kv, work = _sums(q, c)
-            return cls(q.size, n, n, kv, 0.0, work, 0.0, max_ctx)
+            return cls(q.size, n, n, kv, 0.0, work, 0.0, max_ctx, c_sum, verify)
         dec = ~pre
         n_dec, kv_dec, work_dec = _sums(q[dec], c[dec])
         n_pre, kv_pre, work_pre = _sums(q[pre], c[pre])
         n_pre_rows = int(pre.sum())
-        return cls(q.size, n_dec + n_pre, n_dec + n_pre_rows, kv_dec, kv_pre, work_dec, work_pre, max_ctx)
+        return cls(q.size, n_dec + n_pre, n_dec + n_pre_rows, kv_dec, kv_pre, work_dec, work_pre, max_ctx, c_sum, verify)
+
+
+class TermsCostModel(CostModel):
+    """A cost model that prices a step from its ``BatchTerms`` alone (every built-in model)."""
+
+    def step_time(self, batch: StepBatch) -> float:
+        return self.step_time_terms(BatchTerms.of(batch))
+
+    @abstractmethod
+    def step_time_terms(self, t: BatchTerms) -> float:
+        """Seconds for one forward with terms ``t``, per-step host overhead included (0 for no rows)."""
 
 
 def _sums(q: np.ndarray, c: np.ndarray) -> tuple[int, float, float]:

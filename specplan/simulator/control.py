@@ -12,6 +12,7 @@ from collections import deque
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+from numba import njit
 
 from specplan.config_rules import CTX_INFINITY
 
@@ -128,26 +129,31 @@ def setup_drafter(rules, lookup: Callable[[int], int], *, k_static: int, k_next:
     return k, True
 
 
-def prepare_draft_requests(rules, spec: bool, k: int, k_static: int, verify_width: str,
-                           disabled: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each active request's token charge and KV growth as a generation row (``_prepare_draft_requests``).
+# Token budget rules of ``prepare_draft_requests`` and verify widths, as the compiled step takes them.
+BUDGETS = {"placeholder": 0, "static": 1, "draft": 2}
+VERIFY_WIDTHS = {"static": 0, "runtime": 1, "draft": 2}
 
-    Drafter path: ``[0] * K`` placeholders unless the request is stamped
+
+@njit(cache=True)
+def prepare_draft_requests(spec, budget, verify_width, k, k_static, disabled, pending):
+    """One generation request's token charge and KV growth (``_prepare_draft_requests``); ``budget``
+    and ``verify_width`` are the ``BUDGETS`` / ``VERIFY_WIDTHS`` codes of the path.
+
+    Drafter path (placeholder): ``[0] * K`` placeholders unless the request is stamped
     ``py_disable_speculative_decoding``; KV grows to the verified width (NGram pads to K_static and
-    ``_extend_kv_cache_for_padding`` covers it). One-model path: ``py_draft_pages_allocated = K_static``.
-    vLLM: the draft proposed after the last step is known, so a row costs 1 + that draft.
+    ``_extend_kv_cache_for_padding`` covers it). One-model path (static):
+    ``py_draft_pages_allocated = K_static``. vLLM (draft): the draft proposed after the last step
+    (``pending``) is known, so a row costs 1 + that draft.
     """
-    n = len(disabled)
     if not spec:
-        ones = np.ones(n, dtype=np.int64)
-        return ones, ones
-    if rules.budget == "draft":
-        width = {"static": k_static, "runtime": k}.get(verify_width, pending)
-        return 1 + pending, np.where(pending > 0, 1 + width, 1)
-    if rules.budget == "static":
-        return np.full(n, 1 + k_static), np.full(n, 1 + k_static)
-    width = 1 + (k_static if verify_width == "static" else k)
-    return np.where(disabled, 1, 1 + k), np.full(n, width)
+        return 1, 1
+    if budget == 2:
+        width = k_static if verify_width == 0 else (k if verify_width == 1 else pending)
+        return 1 + pending, (1 + width if pending > 0 else 1)
+    if budget == 1:
+        return 1 + k_static, 1 + k_static
+    width = 1 + (k_static if verify_width == 0 else k)
+    return (1 if disabled else 1 + k), width
 
 
 class _LatchingWindow:
@@ -208,11 +214,11 @@ class LegacySpeculationGate(_LatchingWindow):
         return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
 
 
-def gate_sample(denominator: str, accepted: np.ndarray, drafted: np.ndarray, verified: np.ndarray,
-                k: int, gen_rows: int) -> Optional[float]:
-    """One SpeculationGate sample for an iteration that speculated; None records nothing.
+def gate_sample(denominator: str, accepted: int, drafted: int, verified: int, k: int, gen_rows: int) -> Optional[float]:
+    """One SpeculationGate sample for an iteration that speculated, from the step's sums over its
+    drafting rows (accepted, drafted, verified width); None records nothing.
 
-    ``drafted`` (TRT drafter path, current ``_update_batch_acceptance_rate``): sum accepted over the
+    ``drafted`` (TRT drafter path, current ``_update_batch_acceptance_rate``): accepted over the
     verified pre-padding draft lengths of the rows that drafted; no sample when nothing was drafted.
     ``padded``: the older ``num_draft_tokens`` reading, the verified width with CUDA-graph zeros.
     ``runtime`` (one-model path): K per generation row, so an iteration where nothing matched
@@ -220,7 +226,6 @@ def gate_sample(denominator: str, accepted: np.ndarray, drafted: np.ndarray, ver
     """
     if denominator == "runtime":
         total = k * gen_rows
-        return int(accepted.sum()) / total if total > 0 else None
-    sum_d = int(drafted.sum())
-    denom = sum_d if denominator == "drafted" else int(verified.sum())
-    return int(accepted.sum()) / denom if sum_d > 0 and denom > 0 else None
+        return accepted / total if total > 0 else None
+    denom = drafted if denominator == "drafted" else verified
+    return accepted / denom if drafted > 0 and denom > 0 else None

@@ -1,6 +1,6 @@
-"""The per-chunk emission log of a run, kept as growing numpy columns rather than one Python tuple of
-arrays per iteration: a 100,000-request run emits millions of chunks, and per-object overhead would
-dominate its memory."""
+"""The run's logs, kept as growing numpy columns rather than Python objects per iteration: a
+100,000-request run emits millions of chunks, and per-object overhead would dominate its memory and
+time. The compiled step writes rows in place; the executor only makes room."""
 
 from __future__ import annotations
 
@@ -8,36 +8,61 @@ import numpy as np
 
 _FIRST_CAPACITY = 1 << 12
 
+#: The iteration log's columns, in order (``metrics.iteration_table``).
+ITERATION_FIELDS = (
+    "iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
+    "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "prefill_done",
+    "kv_blocks_used",
+)
+_FLOAT_FIELDS = ("start_s", "step_s")
+
 
 class EmissionLog:
     """Rows of (request index, time, tokens committed) in the order the executor emitted them, which
     is simulated-time order. Columns double in capacity when full, so appends are amortised O(1)."""
 
     def __init__(self) -> None:
-        self._n = 0
-        self._request = np.empty(_FIRST_CAPACITY, dtype=np.int32)
-        self._time = np.empty(_FIRST_CAPACITY, dtype=np.float64)
-        self._tokens = np.empty(_FIRST_CAPACITY, dtype=np.int32)
+        self.n = 0
+        self.request = np.empty(_FIRST_CAPACITY, dtype=np.int32)
+        self.time = np.empty(_FIRST_CAPACITY, dtype=np.float64)
+        self.tokens = np.empty(_FIRST_CAPACITY, dtype=np.int32)
 
     def __len__(self) -> int:
-        return self._n
+        return self.n
 
-    def append(self, requests: np.ndarray, time: float, tokens: np.ndarray) -> None:
-        """Record one iteration's chunks: ``tokens[i]`` committed to request ``requests[i]`` at ``time``."""
-        m = len(requests)
-        end = self._n + m
-        if end > len(self._request):
-            capacity = max(2 * len(self._request), end)
-            self._request, self._time, self._tokens = (np.resize(a, capacity) for a in
-                                                       (self._request, self._time, self._tokens))
-        self._request[self._n:end] = requests
-        self._time[self._n:end] = time
-        self._tokens[self._n:end] = tokens
-        self._n = end
+    def reserve(self, m: int) -> None:
+        """Make room for ``m`` more rows after the ``n`` recorded."""
+        end = self.n + m
+        if end > len(self.request):
+            capacity = max(2 * len(self.request), end)
+            self.request, self.time, self.tokens = (np.resize(a, capacity) for a in (self.request, self.time, self.tokens))
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Request, time and tokens columns, trimmed to the rows recorded (the spare capacity is freed)."""
-        if len(self._request) != self._n:
-            self._request, self._time, self._tokens = (a[:self._n].copy() for a in
-                                                       (self._request, self._time, self._tokens))
-        return self._request, self._time, self._tokens
+        if len(self.request) != self.n:
+            self.request, self.time, self.tokens = (a[:self.n].copy() for a in (self.request, self.time, self.tokens))
+        return self.request, self.time, self.tokens
+
+
+class IterationLog:
+    """One row of ``ITERATION_FIELDS`` per executor iteration, in a float64 matrix (integers are exact
+    below 2**53) that doubles when full; ``column`` gives each field in its own dtype."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reserve(self) -> None:
+        """Make room for one more row."""
+        if self.n == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+
+    def column(self, name: str) -> np.ndarray:
+        """One field over the recorded iterations (float seconds, bool ``spec_on``, int64 otherwise)."""
+        values = self.rows[:self.n, ITERATION_FIELDS.index(name)]
+        if name in _FLOAT_FIELDS:
+            return values.copy()
+        return values.astype(bool if name == "spec_on" else np.int64)

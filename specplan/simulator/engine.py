@@ -29,19 +29,22 @@ from typing import Optional
 import numpy as np
 import simpy
 
+from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.terms import BatchTerms
 from specplan.errors import ConfigError
-from specplan.simulator import control
+from specplan.simulator import control, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
+from specplan.simulator.emissions import ITERATION_FIELDS, EmissionLog, IterationLog
 from specplan.simulator.frontend import Frontend
-from specplan.simulator.emissions import EmissionLog
-from specplan.simulator.kv import KVBlockPool
-from specplan.acceptance.oracles import AcceptanceOracle
-from specplan.simulator.paths import PATHS
-from specplan.simulator.scheduler import CapacityScheduler, ScheduleDecision
 from specplan.simulator.inputs import EngineSettings, Workload
-from specplan.simulator.state import RequestState
+from specplan.simulator.kv import KVBlockPool
+from specplan.simulator.paths import PATHS
+from specplan.simulator.scheduler import POLICIES, ScheduleDecision, schedule_step
+from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
+
+__all__ = ["Executor", "Trace", "ITERATION_FIELDS"]
 
 
 @dataclass
@@ -51,7 +54,7 @@ class Trace:
     The per-request arrays (lengths, arrival, first token, finish, generated) are filled when the
     run ends."""
 
-    iterations: list = field(default_factory=list)
+    iterations: IterationLog = field(default_factory=IterationLog)
     emissions: EmissionLog = field(default_factory=EmissionLog)  # one row per emitted chunk
     accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
@@ -66,13 +69,6 @@ class Trace:
     first_token: Optional[np.ndarray] = None
     finish: Optional[np.ndarray] = None
     generated: Optional[np.ndarray] = None
-
-
-ITERATION_FIELDS = (
-    "iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
-    "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "prefill_done",
-    "kv_blocks_used",
-)
 
 
 class Executor:
@@ -93,10 +89,8 @@ class Executor:
         self.prefix_cache = prefix_cache  # vLLM automatic prefix caching (specplan.simulator.prefix_cache)
         self.st = RequestState(workload.prompt_lens, workload.output_lens)
         self.n = self.st.n
-        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.n)
+        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.n, self.st.counters)
         self.k_static = settings.max_draft_len if settings.speculate else 0
-        self.scheduler = CapacityScheduler(settings.policy, settings.max_num_tokens, settings.max_batch_size,
-                                           settings.chunked_prefill, self.kv, self.st, self.k_static)
         self.gate = self.legacy_gate = None
         if settings.gate_window and settings.gate_threshold is not None:
             self.gate = SpeculationGate(settings.gate_window, settings.gate_threshold)
@@ -112,13 +106,30 @@ class Executor:
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # arrived, not yet active (FIFO)
-        self.active: list[int] = []  # admission order
-        self.done = 0
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
         self._k_next = self._lookup(0) if settings.speculate else 0  # vLLM: K of the drafts proposed last step
+        # The compiled step's buffers: one batch's rows, charges, verified widths and resident KV.
+        rows = max(settings.max_batch_size, 1)
+        self._rows, self._q_sched, self._q = (np.zeros(rows, dtype=np.int64) for _ in range(3))
+        self._width, self._resident = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+        self._ctx = np.zeros(rows, dtype=bool)
+        self._no_drafting, self._none = np.zeros(rows, dtype=bool), np.zeros(0, dtype=np.int64)
+        self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
+        self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
+        self._prices_terms = callable(getattr(cost, "step_time_terms", None))
+        self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
         self._check_fits()
+
+    @property
+    def done(self) -> int:
+        """Completed requests (read by progress bars from another thread)."""
+        return int(self.st.counters[DONE])
+
+    @property
+    def num_active(self) -> int:
+        return self.st.num_active
 
     def _check_fits(self) -> None:
         """A request that can never be scheduled would wait forever: refuse the config up front."""
@@ -150,30 +161,25 @@ class Executor:
             self._wakeup.succeed()
 
     def _fetch_new_requests(self) -> None:
-        room = self.s.max_num_active_requests - len(self.active)
+        room = self.s.max_num_active_requests - self.st.num_active
         if room > 0 and self.waiting:
             new = self.waiting[:room]
             del self.waiting[:room]
             if self.prefix_cache is not None:
                 self.prefix_cache.admit(np.array(new), self.st)
-            self.active.extend(new)
+            self.st.admit(new)
 
     def _on_finish(self, rids: np.ndarray, iteration: int) -> None:
+        """What completion tells the gate, the drafter, the prefix cache and the frontend (the
+        compiled step has already released the request's KV and removed it from the active set)."""
         st = self.st
         if self.legacy_gate is not None:
             for rid in rids.tolist():
                 if self.legacy_gate.record(int(st.generated[rid]), int(st.emits[rid])):
                     self._trip(iteration)
-        st.finish[rids] = self.env.now
-        self.kv.release(rids)
-        st.reserved_total -= int(st.reserved[rids].sum())
-        st.reserved[rids] = 0
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
-        finished = set(rids.tolist())
-        self.active = [r for r in self.active if r not in finished]
-        self.done += len(rids)
         self.frontend.on_finish(rids.tolist())
 
     # ----------------------------------------------------------------- control plane
@@ -198,19 +204,17 @@ class Executor:
         if not s.speculate or (gate is not None and gate.disabled):
             return 0, False
         return control.setup_drafter(self.rules, self._lookup, k_static=self.k_static, k_next=self._k_next,
-                                     k_from=s.k_from, num_active=len(self.active), last_scheduled=self._last_scheduled,
+                                     k_from=s.k_from, num_active=self.st.num_active, last_scheduled=self._last_scheduled,
                                      max_batch_size=s.max_batch_size, max_num_tokens=s.max_num_tokens,
                                      max_concurrency=s.max_concurrency)
 
-    def _update_draft_len(self, decision: ScheduleDecision, k: int, spec: bool) -> tuple[int, bool]:
+    def _update_draft_len(self, scheduled: int, k: int, spec: bool) -> tuple[int, bool]:
         """One-model path: K for this step from the scheduled batch (``update_draft_len``).
 
-        On the drafter path it changes nothing: the drafts were sized before scheduling and are
-        padded to K_static afterwards (``pad_draft_tokens_for_cuda_graph``)."""
+        The drafter path never calls it: its drafts were sized before scheduling and are padded to
+        K_static afterwards (``pad_draft_tokens_for_cuda_graph``)."""
         s = self.s
-        if not (spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled"):
-            return k, spec
-        k = control.update_draft_len(s.draft_len_schedule, len(decision.rows), s.max_draft_len, s.schedule_lookup)
+        k = control.update_draft_len(s.draft_len_schedule, scheduled, s.max_draft_len, s.schedule_lookup)
         return k, k > 0
 
     # ----------------------------------------------------------------- drafts, verify, commit
@@ -221,49 +225,15 @@ class Executor:
             t = max(t, self.cost.draft_time("SA", num_rows, k, state_size))
         return t
 
-    def _update_requests(self, d: ScheduleDecision, chunk, drafting, accepted) -> np.ndarray:
-        """Commit accepted + 1 per verify row (never past the output), then ``rewind_kv_cache``."""
-        st, rows, ctx_rows = self.st, d.rows, d.is_prefill
-        now = self.env.now
-        generated = st.generated[rows]
-        commit = np.ones(len(rows), dtype=np.int64)
-        has_ctx = bool(ctx_rows.any())  # steady decode steps skip the prefill bookkeeping
-        if has_ctx:
-            ctx_idx = np.flatnonzero(ctx_rows)
-            crow = rows[ctx_idx]
-            st.computed[crow] += chunk[ctx_idx]
-            commit[ctx_idx] = st.computed[crow] >= st.ctx_target[crow]
-            st.first_token[crow[(commit[ctx_idx] > 0) & (generated[ctx_idx] == 0)]] = now
-        commit[drafting] += accepted
-        commit = np.minimum(commit, st.olen[rows] - generated)
-        generated += commit
-        st.generated[rows] = generated
-        emitted = commit > 0
-        st.emits[rows] += emitted
-        self.rewind_kv_cache(rows, ctx_rows, emitted)
-        self.trace.emissions.append(rows[emitted], now, commit[emitted])
-        self.oracle.on_commit(rows[emitted], st.generated[rows[emitted]])
-        return commit
-
-    def rewind_kv_cache(self, rows, ctx_rows, emitted) -> None:
-        """Rewind to the resident KV: rejected draft positions are freed; the newest committed
-        token's KV is written by the next forward."""
-        st = self.st
-        resident = st.plen[rows] + st.generated[rows] - 1
-        if ctx_rows.any():
-            resident = np.where(ctx_rows & ~emitted, st.computed[rows], resident)
-        self.kv.resize(rows, resident)
-
     # ----------------------------------------------------------------- the gate
-    def _update_gate(self, it: int, spec: bool, k: int, d: ScheduleDecision, drafting, drafted, accepted, q) -> None:
-        """Record this step's acceptance and feed the SpeculationGate (``_update_batch_acceptance_rate``)."""
-        if not spec or not len(drafted):
+    def _update_gate(self, it: int, spec: bool, k: int, num_drafting: int, num_generation: int) -> None:
+        """Feed this step's acceptance to the SpeculationGate (``_update_batch_acceptance_rate``)."""
+        if not spec or not num_drafting:
             sample = None
         else:
-            proposed = drafted > 0
-            self.trace.accepted_hist += np.bincount(accepted[proposed], minlength=len(self.trace.accepted_hist))
-            sample = control.gate_sample(self.s.gate_denominator, accepted, drafted, q[drafting] - 1, k,
-                                         d.num_generation)
+            stats = self._stats
+            sample = control.gate_sample(self.s.gate_denominator, int(stats[step.ACCEPTED]), int(stats[step.DRAFTED]),
+                                         int(stats[step.VERIFIED]), k, num_generation)
             if sample is not None:
                 self.trace.gate_samples.append(sample)
         if self.gate is None:
@@ -274,13 +244,61 @@ class Executor:
             self._trip(it)
 
     # ----------------------------------------------------------------- the loop
+    def _schedule(self, spec: bool, k: int) -> int:
+        s, st = self.s, self.st
+        n = schedule_step(st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated,
+                          st.started, st.reserved, self.kv.held, st.disable_spec, st.pending_drafted, spec, k,
+                          self.k_static, self._budget, self._verify_width, self._policy, s.max_num_tokens,
+                          s.max_batch_size, s.chunked_prefill, self.kv.num_blocks, self.kv.block_size,
+                          self._rows, self._q_sched, self._ctx, self._width)
+        if n == 0:
+            raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
+        return n
+
+    def _price(self, n: int, q: np.ndarray, no_drafts: bool) -> float:
+        """The forward's seconds: KV grown to the verified width, the batch terms, the cost model."""
+        st = self.st
+        self.kv.check(step.price_step(self._rows, self._q_sched, q, self._ctx, n, no_drafts, st.plen, st.generated,
+                                      st.computed, self.kv.held, st.counters, self.kv.num_blocks, self.kv.block_size,
+                                      self._resident, self._terms))
+        if self._prices_terms:
+            t = self._terms.tolist()
+            terms = BatchTerms(int(t[0]), int(t[1]), int(t[2]), t[3], t[4], t[5], t[6], int(t[7]), int(t[8]), int(t[9]))
+            return self.cost.step_time_terms(terms)
+        return self.cost.step_time(StepBatch(q[:n].copy(), self._resident[:n].copy(), self._ctx[:n].copy()))
+
+    def _commit(self, it: int, start: float, step_s: float, n: int, q, k: int, spec: bool, drafting, drafted,
+                accepted) -> int:
+        """Commit the step (compiled); returns how many requests completed."""
+        st, log, its = self.st, self.trace.emissions, self.trace.iterations
+        log.reserve(n)
+        its.reserve()
+        rec = self._record
+        rec[:] = it, start, step_s, st.counters[N_ACTIVE], len(self.waiting), k if spec else 0, spec
+        self.kv.check(step.commit_step(
+            self._rows, self._q_sched, q, self._ctx, n, drafting, drafted, accepted, self.trace.accepted_hist,
+            self.env.now, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.emits, st.first_token,
+            st.finish, self.kv.held, st.reserved, st.act, st.counters, self.kv.num_blocks, self.kv.block_size,
+            log.request, log.time, log.tokens, log.n, its.rows, its.n, rec, self._finished, self._stats))
+        emitted = int(self._stats[step.EMITTED])
+        if self._hears_commits and emitted:
+            rids = log.request[log.n:log.n + emitted].astype(np.int64)
+            self.oracle.on_commit(rids, st.generated[rids])
+        log.n += emitted
+        its.n += 1
+        return int(self._stats[step.FINISHED])
+
     def run_loop(self):
         s, st = self.s, self.st
+        self._budget = control.BUDGETS[self.rules.budget]
+        self._verify_width = control.VERIFY_WIDTHS.get(s.verify_width, 2)
+        self._policy = POLICIES[s.policy]
+        stamps = self.rules.stamps_disable and s.speculate
         it = 0
         while True:
             self._fetch_new_requests()
-            if not self.active:
-                if self.done == self.n:
+            if not st.counters[N_ACTIVE]:
+                if st.counters[DONE] == self.n:
                     return
                 self._wakeup = self.env.event()
                 yield self._wakeup
@@ -288,57 +306,50 @@ class Executor:
                 continue
             it += 1
             k, spec = self._setup_drafter()
-            act = np.fromiter(self.active, dtype=np.int64, count=len(self.active))
-            gen_cost, kv_width = control.prepare_draft_requests(self.rules, spec, k, self.k_static, s.verify_width,
-                                                                st.disable_spec[act], st.pending_drafted[act])
-            d = self.scheduler.schedule(self.active, act, gen_cost, kv_width)
-            if len(d.rows) == 0:
-                raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
-            if self.rules.stamps_disable and s.speculate and not spec:
-                st.disable_spec[d.rows] = True
-            k, spec = self._update_draft_len(d, k, spec)
-            self._last_scheduled = len(d.rows)
-            rows, ctx_rows, chunk = d.rows, d.is_prefill, d.chunk
+            n = self._schedule(spec, k)
+            rows, ctx_rows = self._rows[:n], self._ctx[:n]
+            if stamps and not spec:
+                st.disable_spec[rows] = True
+            if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
+                k, spec = self._update_draft_len(n, k, spec)
+            self._last_scheduled = n
             if spec:
-                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static, s.verify_width,
-                                                                      self.rules.budget == "draft")
+                d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
+                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static,
+                                                                      s.verify_width, self.rules.budget == "draft")
+                drafted = drafted.astype(np.int64, copy=False)
+                accepted = accepted.astype(np.int64, copy=False)
+                step_s = self._price(n, q, False)
             else:
-                # No drafts: a generation row computes one token whatever its placeholders charged.
-                q = np.where(ctx_rows, d.query_tokens, 1)
-                drafting, drafted, accepted = np.zeros(len(rows), bool), rows[:0], rows[:0]
-            resident = st.resident(rows, ctx_rows)
-            self.kv.resize(rows, resident + q)
-            step = self.cost.step_time(StepBatch(q, resident, ctx_rows))
+                drafting, drafted, accepted = self._no_drafting, self._none, self._none
+                q = self._q
+                step_s = self._price(n, q, True)
             if s.piecewise_graph_slowdown > 0:
-                step /= 1.0 - s.piecewise_graph_slowdown
+                step_s /= 1.0 - s.piecewise_graph_slowdown
             if self.record_batches:
-                self.trace.batches.append((rows.copy(), q.copy(), resident, ctx_rows))
-            if spec and drafting.any():
+                self.trace.batches.append((rows.copy(), q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+            num_drafting = len(drafted)
+            if spec and num_drafting:
                 drows = rows[drafting]
-                step += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
+                step_s += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
             start = self.env.now
-            yield self.env.timeout(step)
-            commit = self._update_requests(d, chunk, drafting, accepted)
+            yield self.env.timeout(step_s)
+            max_seq_len = int(self._terms[step.MAX_SEQ_LEN])
+            num_generation = n - int(ctx_rows.sum()) if spec else 0
+            finished = self._commit(it, start, step_s, n, q, k, spec, drafting, drafted, accepted)
             if self.prefix_cache is not None and ctx_rows.any():
                 self.prefix_cache.on_computed(rows[ctx_rows], st)
-            self._update_gate(it, spec, k, d, drafting, drafted, accepted, q)
-            n_ctx, prefill = int(ctx_rows.sum()), int(chunk.sum())
-            self.trace.iterations.append((
-                it, start, step, len(self.active), len(self.waiting), len(rows), len(rows) - n_ctx,
-                prefill, k if spec else 0, spec, int(drafted.sum()), int(accepted.sum()), int(q.sum()) - prefill,
-                int(commit.sum()), int((commit[ctx_rows] > 0).sum()) if n_ctx else 0, self.kv.used,
-            ))
+            self._update_gate(it, spec, k, num_drafting, num_generation)
             if self.rules.k_timing == "next_step" and s.speculate:
                 # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
                 # entries' context bucket: the longest sequence scheduled) for the drafts proposed now.
-                self._k_next = self._lookup(len(rows), int((st.plen[rows] + st.generated[rows]).max()))
+                self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
                 gate = self.gate or self.legacy_gate
                 if gate is None or not gate.disabled:
                     propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len,
-                                            s.drafter == "vllm_ngram", int((resident + q).max()), s.max_draft_len)
-            finished = rows[st.generated[rows] >= st.olen[rows]]
-            if len(finished):
-                self._on_finish(finished, it)
+                                            s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
+            if finished:
+                self._on_finish(self._finished[:finished].copy(), it)
             if self.max_sim_time is not None and self.env.now >= self.max_sim_time:
                 return
 
@@ -349,7 +360,7 @@ class Executor:
     def collect(self) -> Trace:
         """The recorded trace, once the environment has run, with the per-request arrays filled in."""
         st, t = self.st, self.trace
-        t.preemptions = self.scheduler.preemptions
+        t.preemptions = int(st.counters[PREEMPTIONS])
         t.n, t.plen, t.olen, t.arrival = st.n, st.plen, st.olen, self.frontend.arrival
         t.first_token, t.finish, t.generated = st.first_token, st.finish, st.generated
         return t

@@ -74,7 +74,7 @@ class Fleet:
     def load(self) -> Load:
         """The replicas' load now: outstanding requests and the fraction of KV blocks in use."""
         reps = self.replicas
-        return Load(np.array([len(r.waiting) + len(r.active) for r in reps]),
+        return Load(np.array([len(r.waiting) + r.num_active for r in reps]),
                     np.array([r.kv.used / r.kv.num_blocks for r in reps]), self.assigned, self.w.predecessor)
 
     def _route(self, rid: int) -> None:

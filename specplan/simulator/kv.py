@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
+from specplan.simulator.state import KV_USED
+
+
+@njit(cache=True)
+def blocks_for(tokens, block_size):
+    """KV blocks needed to hold ``tokens`` positions (scalars, in the compiled step)."""
+    return -(-tokens // block_size)
 
 
 class KVBlockPool:
-    """Counts blocks held per request; never exceeds capacity, never goes negative."""
+    """Blocks held per request and in use; the compiled step resizes them in place (``held`` and
+    ``counters[KV_USED]``) and the run fails if the count ever leaves ``[0, num_blocks]``."""
 
-    def __init__(self, num_blocks: int, block_size: int, num_requests: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, num_requests: int, counters: np.ndarray) -> None:
         self.num_blocks = int(num_blocks)
         self.block_size = int(block_size)
         self.held = np.zeros(num_requests, dtype=np.int64)
-        self.used = 0
+        self._counters = counters
 
-    def blocks_for(self, tokens):
-        """Blocks needed to hold ``tokens`` positions (vectorised)."""
-        return -(-np.asarray(tokens) // self.block_size)
+    @property
+    def used(self) -> int:
+        return int(self._counters[KV_USED])
 
     @property
     def free(self) -> int:
         return self.num_blocks - self.used
 
-    def resize(self, rids: np.ndarray, tokens: np.ndarray) -> None:
-        """Set the blocks held by ``rids`` to what ``tokens`` positions need (grow or rewind)."""
-        new = self.blocks_for(tokens)
-        self.used += int((new - self.held[rids]).sum())
-        self.held[rids] = new
-        if self.used > self.num_blocks or self.used < 0:
-            raise AssertionError(f"KV accounting broke: {self.used} of {self.num_blocks} blocks")
+    def blocks_for(self, tokens):
+        """Blocks needed to hold ``tokens`` positions (vectorised)."""
+        return -(-np.asarray(tokens) // self.block_size)
 
-    def release(self, rids) -> None:
-        self.used -= int(self.held[rids].sum())
-        self.held[rids] = 0
+    def check(self, ok: bool) -> None:
+        """Raise when a step left the accounting outside the pool."""
+        if not ok:
+            raise AssertionError(f"KV accounting broke: {self.used} of {self.num_blocks} blocks")

@@ -18,7 +18,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from specplan.simulator.engine import ITERATION_FIELDS, Trace
+from specplan.simulator.engine import Trace
+from specplan.simulator.emissions import ITERATION_FIELDS
 
 PERCENTILES = (50, 90, 99)
 
@@ -63,7 +64,7 @@ def request_table(trace: Trace, requests: Optional[list] = None) -> pd.DataFrame
 
 def iteration_table(trace: Trace) -> pd.DataFrame:
     """One row per executor iteration."""
-    return pd.DataFrame.from_records(trace.iterations, columns=list(ITERATION_FIELDS))
+    return pd.DataFrame({name: trace.iterations.column(name) for name in ITERATION_FIELDS})
 
 
 def batch_table(trace: Trace) -> pd.DataFrame:

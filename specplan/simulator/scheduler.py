@@ -1,10 +1,12 @@
-"""Capacity and micro-batch scheduling of one iteration, returning a typed ``ScheduleDecision``.
+"""Capacity and micro-batch scheduling of one iteration (compiled), and the ``ScheduleDecision`` the
+drafts read.
 
 TensorRT-LLM's ``PyMicroBatchScheduler`` charges every generation request its placeholder tokens
 against ``max_num_tokens``; context and generation requests share that budget and the pass stops
-at the first request that does not fit. ``PyCapacityScheduler`` admits by KV:
-``GUARANTEED_NO_EVICT`` reserves a request's whole life up front, ``MAX_UTILIZATION`` allocates step
-by step and preempts (recompute) the most recently started request when blocks run out.
+at the first request that does not fit (with chunked prefill that context request gets the rest of
+the budget). ``PyCapacityScheduler`` admits by KV: ``GUARANTEED_NO_EVICT`` reserves a request's
+whole life up front, ``MAX_UTILIZATION`` allocates step by step and preempts (recompute) the most
+recently started request when blocks run out.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from specplan.simulator.kv import KVBlockPool
+from specplan.simulator.control import prepare_draft_requests
+from specplan.simulator.kv import blocks_for
+from specplan.simulator.state import KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL
+
+GUARANTEED_NO_EVICT, MAX_UTILIZATION = 0, 1
+POLICIES = {"GUARANTEED_NO_EVICT": GUARANTEED_NO_EVICT, "MAX_UTILIZATION": MAX_UTILIZATION}
 
 
 @dataclass(frozen=True)
@@ -25,110 +33,137 @@ class ScheduleDecision:
     is_prefill: np.ndarray  # context-phase rows
 
     @property
-    def chunk(self) -> np.ndarray:
-        """Prefill positions computed this step per row (0 for generation rows)."""
-        return np.where(self.is_prefill, self.query_tokens, 0)
-
-    @property
     def num_generation(self) -> int:
         return int(len(self.rows) - self.is_prefill.sum())
 
 
-def fit_token_budget(cost: np.ndarray, is_ctx: np.ndarray, budget: int, max_rows: int, chunked: bool) -> tuple[int, int]:
-    """FCFS with break: how many leading rows fit fully, and the partial chunk of the next one.
+@njit(cache=True)
+def admit_guaranteed(rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static):
+    """``GUARANTEED_NO_EVICT``: a request starts only when KV for its whole output (and drafts) can be
+    reserved; the first one that cannot be stops the pass. Returns how many leading rows run."""
+    avail = num_blocks - counters[RESERVED_TOTAL]
+    need_sum = 0
+    cut = n
+    for i in range(n):
+        r = rows[i]
+        if not started[r]:
+            need_sum += blocks_for(plen[r] + olen[r] + k_static, block_size)
+            if need_sum > avail:
+                cut = i
+                break
+    for i in range(cut):
+        r = rows[i]
+        if not started[r]:
+            need = blocks_for(plen[r] + olen[r] + k_static, block_size)
+            reserved[r] = need
+            counters[RESERVED_TOTAL] += need
+            started[r] = True
+    return cut
 
-    Returns ``(n_full, partial)``; ``partial > 0`` means row ``n_full`` is a context request that
-    gets a chunk of that many tokens (chunked prefill only).
-    """
-    cum = np.cumsum(cost)
-    n_full = min(int(np.searchsorted(cum, budget, side="right")), max_rows)
+
+@njit(cache=True)
+def _preempt(victim, act, plen, generated, computed, ctx_target, started, held, counters):
+    """Recompute preemption: drop the KV; the request re-prefills prompt + generated later and moves
+    to the back of the active order."""
+    counters[KV_USED] -= held[victim]
+    held[victim] = 0
+    computed[victim] = 0
+    ctx_target[victim] = plen[victim] + generated[victim]
+    started[victim] = False
+    n_act = counters[N_ACTIVE]
+    j = 0
+    while act[j] != victim:
+        j += 1
+    for i in range(j, n_act - 1):
+        act[i] = act[i + 1]
+    act[n_act - 1] = victim
+    counters[PREEMPTIONS] += 1
+
+
+@njit(cache=True)
+def admit_max_utilization(rows, q, ctx, width, keep, n, act, plen, generated, computed, ctx_target, started,
+                          held, counters, num_blocks, block_size):
+    """``MAX_UTILIZATION``: allocate as needed; when KV runs out, preempt the latest-started active
+    request (recompute) until the running rows fit; new requests then start while blocks remain
+    (FCFS, break). Sets ``keep`` per row.
+
+    Terminates: every request fits the cache alone (checked at construction), so preempting from the
+    tail leaves at least the head running."""
+    need = np.empty(n, dtype=np.int64)
+    running = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        r = rows[i]
+        resident = computed[r] if ctx[i] else plen[r] + generated[r] - 1
+        grow = q[i] if ctx[i] else width[i]
+        need[i] = max(blocks_for(resident + grow, block_size) - held[r], 0)
+        running[i] = started[r]
+        keep[i] = True
+    while True:
+        total = 0
+        for i in range(n):
+            if keep[i] and running[i]:
+                total += need[i]
+        if total <= num_blocks - counters[KV_USED]:
+            break
+        j = counters[N_ACTIVE] - 1
+        while not started[act[j]]:
+            j -= 1
+        victim = act[j]
+        _preempt(victim, act, plen, generated, computed, ctx_target, started, held, counters)
+        for i in range(n):
+            if rows[i] == victim:
+                keep[i] = False
+            running[i] = running[i] and started[rows[i]]
+    budget = num_blocks - counters[KV_USED] - total
+    cum = 0
+    for i in range(n):
+        if keep[i] and not running[i]:
+            cum += need[i]
+        if cum > budget:
+            for j in range(i, n):
+                keep[j] = False
+            break
+    for i in range(n):
+        if keep[i]:
+            started[rows[i]] = True
+
+
+@njit(cache=True)
+def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled,
+                  pending, spec, k, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
+                  chunked, num_blocks, block_size, out_rows, out_q, out_ctx, out_width):
+    """Schedule the active requests (``act[:counters[N_ACTIVE]]``, admission order) into ``out_*``;
+    returns the number of rows. ``out_q`` is each row's charge: its prefill chunk, or 1 + placeholders."""
+    n_act = counters[N_ACTIVE]
+    cum = 0
+    n = 0
     partial = 0
-    if chunked and n_full < len(cost) and n_full < max_rows and is_ctx[n_full]:
-        partial = int(budget - (cum[n_full - 1] if n_full else 0))
-    return n_full, max(partial, 0)
-
-
-class CapacityScheduler:
-    """Token budget, batch size and paged-KV admission over the executor's request arrays.
-
-    The arrays (``RequestState``) are shared with the executor and updated in place: ``started``
-    and ``reserved`` here, ``computed`` / ``ctx_target`` on preemption.
-    """
-
-    def __init__(self, policy: str, max_num_tokens: int, max_batch_size: int, chunked: bool,
-                 kv: KVBlockPool, state, k_static: int) -> None:
-        self.policy = policy
-        self.max_num_tokens = max_num_tokens
-        self.max_batch_size = max_batch_size
-        self.chunked = chunked
-        self.kv = kv
-        self.st = state
-        self.k_static = k_static
-        self.preemptions = 0
-
-    def schedule(self, active: list, act: np.ndarray, gen_cost: np.ndarray, kv_width: np.ndarray) -> ScheduleDecision:
-        """Schedule the active requests (``active``, admission order; ``act`` the same as an array);
-        ``gen_cost`` and ``kv_width`` give each one's token charge and KV growth as a generation row."""
-        st = self.st
-        is_ctx = st.computed[act] < st.ctx_target[act]
-        cost = np.where(is_ctx, st.ctx_target[act] - st.computed[act], gen_cost)
-        n_full, partial = fit_token_budget(cost, is_ctx, self.max_num_tokens, self.max_batch_size, self.chunked)
-        n_rows = n_full + (1 if partial else 0)
-        rows, q, ctx_rows, width = act[:n_rows], cost[:n_rows].copy(), is_ctx[:n_rows], kv_width[:n_rows]
-        if partial:
-            q[-1] = partial
-        if self.policy == "GUARANTEED_NO_EVICT":
-            keep = self._admit_guaranteed(rows)
+    while n < n_act and n < max_batch_size:
+        r = act[n]
+        is_ctx = computed[r] < ctx_target[r]
+        if is_ctx:
+            cost = ctx_target[r] - computed[r]
+            width = 1
         else:
-            keep = self._admit_max_utilization(active, rows, q, ctx_rows, width)
-        return ScheduleDecision(rows[keep], q[keep], ctx_rows[keep])
-
-    def _admit_guaranteed(self, rows: np.ndarray) -> np.ndarray:
-        """Start a request only when KV for its whole output (and drafts) can be guaranteed."""
-        st = self.st
-        keep = np.ones(len(rows), dtype=bool)
-        new = ~st.started[rows]
-        if new.any():
-            need = np.where(new, self.kv.blocks_for(st.plen[rows] + st.olen[rows] + self.k_static), 0)
-            fits = np.cumsum(need) <= self.kv.num_blocks - st.reserved_total
-            if not fits.all():
-                keep[int(np.argmin(fits)):] = False
-            st.reserved[rows[keep & new]] = need[keep & new]
-            st.reserved_total += int(need[keep & new].sum())
-            st.started[rows[keep & new]] = True
-        return keep
-
-    def _admit_max_utilization(self, active: list, rows, q, ctx_rows, width) -> np.ndarray:
-        """Allocate as needed; when KV runs out, preempt the latest-started request (recompute).
-
-        Terminates: every request fits the cache alone (checked at construction), so preempting
-        from the tail leaves at least the head running.
-        """
-        st = self.st
-        keep = np.ones(len(rows), dtype=bool)
-        resident = np.where(ctx_rows, st.computed[rows], st.plen[rows] + st.generated[rows] - 1)
-        need = np.maximum(self.kv.blocks_for(resident + np.where(ctx_rows, q, width)) - self.kv.held[rows], 0)
-        running = st.started[rows].copy()
-        while int(need[keep & running].sum()) > self.kv.free:
-            victim = next(r for r in reversed(active) if st.started[r])
-            self._preempt(active, victim)
-            keep &= rows != victim
-            running &= st.started[rows]
-        # New requests only start while blocks remain after the running ones (FCFS, break).
-        budget = self.kv.free - int(need[keep & running].sum())
-        fits = np.cumsum(np.where(keep & ~running, need, 0)) <= budget
-        if not fits.all():
-            keep[int(np.argmin(fits)):] = False
-        st.started[rows[keep]] = True
-        return keep
-
-    def _preempt(self, active: list, rid: int) -> None:
-        """Recompute preemption: drop the KV; the request re-prefills prompt + generated later."""
-        st = self.st
-        self.kv.release(np.array([rid]))
-        st.computed[rid] = 0
-        st.ctx_target[rid] = st.plen[rid] + st.generated[rid]
-        st.started[rid] = False
-        active.remove(rid)
-        active.append(rid)
-        self.preemptions += 1
+            cost, width = prepare_draft_requests(spec, budget_rule, verify_width, k, k_static, disabled[r], pending[r])
+        if cum + cost > max_num_tokens:
+            if chunked and is_ctx:
+                partial = max_num_tokens - cum
+            break
+        cum += cost
+        out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, cost, is_ctx, width
+        n += 1
+    if partial > 0:
+        out_rows[n], out_q[n], out_ctx[n], out_width[n] = act[n], partial, True, 1
+        n += 1
+    if policy == GUARANTEED_NO_EVICT:
+        return admit_guaranteed(out_rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static)
+    keep = np.empty(n, dtype=np.bool_)
+    admit_max_utilization(out_rows, out_q, out_ctx, out_width, keep, n, act, plen, generated, computed, ctx_target,
+                          started, held, counters, num_blocks, block_size)
+    m = 0
+    for i in range(n):
+        if keep[i]:
+            out_rows[m], out_q[m], out_ctx[m], out_width[m] = out_rows[i], out_q[i], out_ctx[i], out_width[i]
+            m += 1
+    return m

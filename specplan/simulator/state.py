@@ -1,12 +1,16 @@
-"""Per-request state of one executor run, as numpy arrays indexed by request (``LlmRequest`` fields)."""
+"""Per-request state of one executor run, as numpy arrays indexed by request (``LlmRequest`` fields),
+and the run's counters, shared with the compiled step."""
 
 from __future__ import annotations
 
 import numpy as np
 
+# Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place).
+N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE = range(5)
+
 
 class RequestState:
-    """Lengths, progress and flags of every request; shared by the loop and the scheduler."""
+    """Lengths, progress and flags of every request, and the active set in admission order."""
 
     def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray) -> None:
         n = len(prompt_lens)
@@ -20,7 +24,6 @@ class RequestState:
         self.generated = np.zeros(n, dtype=np.int64)
         self.started = np.zeros(n, dtype=bool)
         self.reserved = np.zeros(n, dtype=np.int64)  # GUARANTEED_NO_EVICT reservations, in blocks
-        self.reserved_total = 0  # reserved.sum(), kept up to date: no sum over every request per step
         self.emits = np.zeros(n, dtype=np.int64)  # decoding iterations that committed tokens
         # TensorRT-LLM py_disable_speculative_decoding: set on requests scheduled while speculation
         # is off and never cleared (the executor only ever sets it).
@@ -28,8 +31,17 @@ class RequestState:
         # vLLM: the draft proposed after a request's last step, verified when it is next scheduled.
         self.pending_drafted = np.zeros(n, dtype=np.int64)
         self.pending_accepted = np.zeros(n, dtype=np.int64)
+        # The active requests, admission order, in act[:counters[N_ACTIVE]]; counters also hold the
+        # KV blocks in use, reserved.sum() (no sum over every request per step), preemptions, done.
+        self.act = np.zeros(max(n, 1), dtype=np.int64)
+        self.counters = np.zeros(5, dtype=np.int64)
 
-    def resident(self, rows: np.ndarray, ctx_rows: np.ndarray) -> np.ndarray:
-        """KV positions held before this step: the computed prefix, or the sequence minus its newest
-        token (written by the next forward)."""
-        return np.where(ctx_rows, self.computed[rows], self.plen[rows] + self.generated[rows] - 1)
+    @property
+    def num_active(self) -> int:
+        return int(self.counters[N_ACTIVE])
+
+    def admit(self, rids: list[int]) -> None:
+        """Append requests to the active set."""
+        a = int(self.counters[N_ACTIVE])
+        self.act[a:a + len(rids)] = rids
+        self.counters[N_ACTIVE] = a + len(rids)
