@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from numba import njit
+
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.hardware import GPUSpec
@@ -60,47 +63,32 @@ class RooflineCostModel(TermsCostModel):
         mem_rate = o.eta_mem * gpu.hbm_bw
         comp_rate = o.eta_comp * gpu.gemm_flops(o.dtype)
         # t_mem = a + b * N and t_comp = c * N per GEMM.
-        self._gemms = [
+        gemm_coeffs = [
             (p * weight_bytes / mem_rate, io * ACT_BYTES / mem_rate, 2.0 * p / comp_rate) for p, io in gemms
         ]
         lm_params = h * shard.vocab
-        self._lm_head = (lm_params * weight_bytes / mem_rate, (h + shard.vocab) * ACT_BYTES / mem_rate,
+        lm_head = (lm_params * weight_bytes / mem_rate, (h + shard.vocab) * ACT_BYTES / mem_rate,
                          2.0 * lm_params / comp_rate)
         kv_bytes_per_token = 2 * shard.kv_heads * hd * weight_bytes  # K and V, one layer
-        self._kv_s_per_token = kv_bytes_per_token / (o.eta_attn * gpu.hbm_bw)
-        self._attn_s_per_work = 4.0 * shard.q_heads * hd / (o.eta_attn_comp * gpu.bf16_flops)
+        kv_s_per_token = kv_bytes_per_token / (o.eta_attn * gpu.hbm_bw)
+        attn_s_per_work = 4.0 * shard.q_heads * hd / (o.eta_attn_comp * gpu.bf16_flops)
         # Small kernels: read+write the residual stream twice (norms), read gate/up and write the product.
-        self._small_fixed_s = o.small_kernels_per_layer * o.small_kernel_s
-        self._small_s_per_token = (4 * h + 3 * shard.intermediate) * ACT_BYTES / mem_rate
-        self._alpha = o.allreduce_alpha_s if o.allreduce_alpha_s is not None else gpu.allreduce_alpha_s
-        self._beta = o.allreduce_beta_Bps if o.allreduce_beta_Bps is not None else gpu.allreduce_beta_Bps
-        self._floor2 = o.gemm_floor_s ** 2
-        self._attn_floor2 = o.attn_floor_s ** 2
-
-    def _gemm_s(self, coeffs: tuple[float, float, float], n: int) -> float:
-        a, b, c = coeffs
-        return math.sqrt(self._floor2 + (a + b * n) ** 2 + (c * n) ** 2)
-
-    def _attention_s(self, kv_tokens: float, work: float) -> float:
-        if kv_tokens <= 0:
-            return 0.0
-        return math.sqrt(self._attn_floor2 + (kv_tokens * self._kv_s_per_token) ** 2
-                         + (work * self._attn_s_per_work) ** 2)
+        small_fixed_s = o.small_kernels_per_layer * o.small_kernel_s
+        small_s_per_token = (4 * h + 3 * shard.intermediate) * ACT_BYTES / mem_rate
+        alpha = o.allreduce_alpha_s if o.allreduce_alpha_s is not None else gpu.allreduce_alpha_s
+        beta = o.allreduce_beta_Bps if o.allreduce_beta_Bps is not None else gpu.allreduce_beta_Bps
+        # Every constant of the formula in one array, for ``roofline_parts`` (compiled, so the
+        # executor's compiled steps price a batch without returning to Python).
+        self.coefficients = np.array([
+            *(x for g in gemm_coeffs for x in g), *lm_head, kv_s_per_token, attn_s_per_work,
+            small_fixed_s, small_s_per_token, alpha, beta, o.gemm_floor_s ** 2, o.attn_floor_s ** 2,
+            model.num_layers, model.hidden, model.vocab, tp, float(o.cuda_graph_padding), o.cuda_graph_max_tokens,
+            o.host_overhead_s, o.host_overhead_per_seq_s, 2.0,
+        ])
 
     def _parts(self, t: BatchTerms) -> tuple[float, ...]:
-        o, m = self.options, self.model
-        n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if o.cuda_graph_padding else t.num_tokens
-        layers = m.num_layers
-        g0, g1, g2, g3 = self._gemms
-        return (
-            layers * (self._gemm_s(g0, n) + self._gemm_s(g1, n) + self._gemm_s(g2, n) + self._gemm_s(g3, n)),
-            layers * self._attention_s(t.kv_decode, t.work_decode),
-            layers * self._attention_s(t.kv_prefill, t.work_prefill),
-            layers * (self._small_fixed_s + n * self._small_s_per_token),
-            self._gemm_s(self._lm_head, t.logit_tokens),
-            tp_comm_s(n, t.logit_tokens, layers, m.hidden, m.vocab, self.tp, self._alpha, self._beta),
-            o.host_overhead_s + o.host_overhead_per_seq_s * t.num_seqs,
-        )
+        return roofline_parts(self.coefficients, t.num_seqs, t.num_tokens, t.logit_tokens, t.kv_decode,
+                              t.kv_prefill, t.work_decode, t.work_prefill)
 
     def components(self, batch: StepBatch) -> dict[str, float]:
         """Seconds of each part of the step (whole model, all layers); their sum is ``step_time``."""
@@ -110,7 +98,8 @@ class RooflineCostModel(TermsCostModel):
         """Seconds for one forward, host overhead included (0 for an empty batch)."""
         if t.num_seqs == 0:
             return 0.0
-        return sum(self._parts(t))
+        return roofline_step_time(self.coefficients, t.num_seqs, t.num_tokens, t.logit_tokens, t.kv_decode,
+                                  t.kv_prefill, t.work_decode, t.work_prefill)
 
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         """Drafting seconds on the critical path: host NGram pool or GPU SA kernel (``DraftCost``)."""
@@ -124,3 +113,44 @@ class RooflineCostModel(TermsCostModel):
             f"eta_mem {o.eta_mem}, eta_comp {o.eta_comp}, eta_attn {o.eta_attn}, sqrt blend, "
             f"GEMM floor {o.gemm_floor_s * 1e6:g} us, host {o.host_overhead_s * 1e6:g} us/step"
         )
+
+
+@njit(cache=True)
+def _blend(floor2, a, b, two):
+    # Squares through libm's pow (a run-time exponent keeps the compiler from turning it into x * x),
+    # as CPython's ``**`` computes them: the compiled and the Python price agree to the bit.
+    return math.sqrt(floor2 + a ** two + b ** two)
+
+
+@njit(cache=True)
+def roofline_parts(c, num_seqs, num_tokens, logit_tokens, kv_decode, kv_prefill, work_decode, work_prefill):
+    """Seconds of each of ``COMPONENTS`` for one step, from ``RooflineCostModel.coefficients``."""
+    floor2, attn_floor2, two = c[21], c[22], c[31]
+    layers, hidden, vocab, tp = int(c[23]), int(c[24]), int(c[25]), int(c[26])
+    n = padded_tokens(num_tokens, int(c[28])) if c[27] else num_tokens
+    gemm = 0.0
+    for g in range(4):
+        gemm += _blend(floor2, c[3 * g] + c[3 * g + 1] * n, c[3 * g + 2] * n, two)
+    attention = [0.0, 0.0]
+    for i, (kv, work) in enumerate(((kv_decode, work_decode), (kv_prefill, work_prefill))):
+        if kv > 0:
+            attention[i] = _blend(attn_floor2, kv * c[15], work * c[16], two)
+    return (
+        layers * gemm,
+        layers * attention[0],
+        layers * attention[1],
+        layers * (c[17] + n * c[18]),
+        _blend(floor2, c[12] + c[13] * logit_tokens, c[14] * logit_tokens, two),
+        tp_comm_s(n, logit_tokens, layers, hidden, vocab, tp, c[19], c[20]),
+        c[29] + c[30] * num_seqs,
+    )
+
+
+@njit(cache=True)
+def roofline_step_time(c, num_seqs, num_tokens, logit_tokens, kv_decode, kv_prefill, work_decode, work_prefill):
+    """The step's seconds: its ``roofline_parts`` summed in order."""
+    total = 0.0
+    for part in roofline_parts(c, num_seqs, num_tokens, logit_tokens, kv_decode, kv_prefill, work_decode,
+                               work_prefill):
+        total += part
+    return total

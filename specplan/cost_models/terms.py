@@ -19,6 +19,7 @@ from abc import abstractmethod
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from specplan.cost_models.base import CostModel, StepBatch
 
@@ -78,6 +79,7 @@ def _sums(q: np.ndarray, c: np.ndarray) -> tuple[int, float, float]:
     return n, float(c.sum()) + n, float(q.dot(c)) + 0.5 * (float(q.dot(q)) + n)
 
 
+@njit(cache=True)
 def padded_tokens(n: int, max_captured: int) -> int:
     """Token count after CUDA-graph padding to vLLM's captured sizes 1, 2, 4, 8, 16, ..., ``max_captured``."""
     if n > max_captured or n <= 2:
@@ -87,6 +89,7 @@ def padded_tokens(n: int, max_captured: int) -> int:
     return -(-n // 8) * 8
 
 
+@njit(cache=True)
 def tp_comm_s(num_tokens: int, logit_tokens: int, num_layers: int, hidden: int, vocab: int, tp: int,
               alpha_s: float, beta_Bps: float) -> float:
     """Seconds of TP communication in one step (0 at TP 1)."""

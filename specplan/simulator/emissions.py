@@ -1,8 +1,11 @@
-"""The run's logs, kept as growing numpy columns rather than Python objects per iteration: a
+"""The run's trace and its logs, kept as growing numpy columns rather than Python objects per iteration: a
 100,000-request run emits millions of chunks, and per-object overhead would dominate its memory and
 time. The compiled step writes rows in place; the executor only makes room."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -66,3 +69,27 @@ class IterationLog:
         if name in _FLOAT_FIELDS:
             return values.copy()
         return values.astype(bool if name == "spec_on" else np.int64)
+
+
+@dataclass
+class Trace:
+    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``.
+
+    The per-request arrays (lengths, arrival, first token, finish, generated) are filled when the
+    run ends."""
+
+    iterations: IterationLog = field(default_factory=IterationLog)
+    emissions: EmissionLog = field(default_factory=EmissionLog)  # one row per emitted chunk
+    accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
+    gate_tripped_iteration: Optional[int] = None
+    gate_tripped_time: Optional[float] = None
+    preemptions: int = 0
+    gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
+    n: int = 0
+    plen: Optional[np.ndarray] = None
+    olen: Optional[np.ndarray] = None
+    arrival: Optional[np.ndarray] = None
+    first_token: Optional[np.ndarray] = None
+    finish: Optional[np.ndarray] = None
+    generated: Optional[np.ndarray] = None

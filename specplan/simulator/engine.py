@@ -23,7 +23,6 @@ Each iteration is one ``env.timeout(step_time)``; state is numpy arrays indexed 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -31,44 +30,27 @@ import simpy
 
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.roofline import RooflineCostModel
 from specplan.cost_models.terms import BatchTerms
 from specplan.errors import ConfigError
-from specplan.simulator import control, step
+from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
-from specplan.simulator.emissions import ITERATION_FIELDS, EmissionLog, IterationLog
+from specplan.simulator.emissions import ITERATION_FIELDS, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.paths import PATHS
-from specplan.simulator.scheduler import POLICIES, ScheduleDecision, schedule_step
+from specplan.simulator.scheduler import POLICIES, ScheduleDecision, check_fits, schedule_step
 from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
 
 __all__ = ["Executor", "Trace", "ITERATION_FIELDS"]
 
 
-@dataclass
-class Trace:
-    """What one run records; turned into DataFrames by ``specplan.simulator.metrics``.
-
-    The per-request arrays (lengths, arrival, first token, finish, generated) are filled when the
-    run ends."""
-
-    iterations: IterationLog = field(default_factory=IterationLog)
-    emissions: EmissionLog = field(default_factory=EmissionLog)  # one row per emitted chunk
-    accepted_hist: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
-    batches: list = field(default_factory=list)  # (rows, query_tokens, resident, is_prefill) per iteration, if recorded
-    gate_tripped_iteration: Optional[int] = None
-    gate_tripped_time: Optional[float] = None
-    preemptions: int = 0
-    gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
-    n: int = 0
-    plen: Optional[np.ndarray] = None
-    olen: Optional[np.ndarray] = None
-    arrival: Optional[np.ndarray] = None
-    first_token: Optional[np.ndarray] = None
-    finish: Optional[np.ndarray] = None
-    generated: Optional[np.ndarray] = None
+def advance_clock(env: simpy.Environment, t: float) -> None:
+    """Move the clock to ``t`` after a span: strictly before the next queued event, so SimPy would
+    have reached the same time with nothing run in between (it has no public call for this)."""
+    env._now = t
 
 
 class Executor:
@@ -118,9 +100,12 @@ class Executor:
         self._no_drafting, self._none = np.zeros(rows, dtype=bool), np.zeros(0, dtype=np.int64)
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
+        self._span_out = np.zeros(5, dtype=np.int64)
+        # Spans price with the roofline's compiled formula; other costs go through Python every step.
+        self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = callable(getattr(cost, "step_time_terms", None))
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
-        self._check_fits()
+        check_fits(settings, self.st, self.kv, self.k_static)
 
     @property
     def done(self) -> int:
@@ -130,28 +115,6 @@ class Executor:
     @property
     def num_active(self) -> int:
         return self.st.num_active
-
-    def _check_fits(self) -> None:
-        """A request that can never be scheduled would wait forever: refuse the config up front."""
-        st, s = self.st, self.s
-        if not s.chunked_prefill and self.n and int(st.plen.max()) > s.max_num_tokens:
-            worst = int(st.plen.argmax())
-            raise ConfigError(
-                f"engine.max_num_tokens: request {worst} has a {int(st.plen[worst])}-token prompt, over "
-                f"max_num_tokens {s.max_num_tokens}; set engine.enable_chunked_prefill: true or raise it"
-            )
-        if s.max_model_len is not None and self.n and int((st.plen + st.olen).max()) > s.max_model_len:
-            worst = int((st.plen + st.olen).argmax())
-            raise ConfigError(f"engine.max_model_len: request {worst} holds {int(st.plen[worst] + st.olen[worst])} "
-                              f"tokens, over max_model_len {s.max_model_len}; raise it or shorten the workload")
-        need = self.kv.blocks_for(st.plen + st.olen + self.k_static)
-        worst = int(need.argmax())
-        if need[worst] > self.kv.num_blocks:
-            raise ConfigError(
-                f"engine.kv_num_blocks: request {worst} needs {int(need[worst])} KV blocks "
-                f"({int(st.plen[worst] + st.olen[worst])} tokens) but the cache holds {self.kv.num_blocks}; "
-                "raise kv_num_blocks / kv_budget_gb or shorten the workload"
-            )
 
     # ----------------------------------------------------------------- requests in and out
     def submit(self, rid: int) -> None:
@@ -288,11 +251,62 @@ class Executor:
         its.n += 1
         return int(self._stats[step.FINISHED])
 
+    def _after_commit(self, it: int, n: int, spec: bool, k: int, num_drafting: int, num_generation: int,
+                      max_seq_len: int, finished: int) -> bool:
+        """The Python side of a committed step, in the engine's order; True when the run must end."""
+        s, st = self.s, self.st
+        rows, ctx_rows = self._rows[:n], self._ctx[:n]
+        if self.prefix_cache is not None and ctx_rows.any():
+            self.prefix_cache.on_computed(rows[ctx_rows], st)
+        self._update_gate(it, spec, k, num_drafting, num_generation)
+        if self.rules.k_timing == "next_step" and s.speculate:
+            # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
+            # entries' context bucket: the longest sequence scheduled) for the drafts proposed now.
+            self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
+            gate = self.gate or self.legacy_gate
+            if gate is None or not gate.disabled:
+                propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len,
+                                        s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
+        if finished:
+            self._on_finish(self._finished[:finished].copy(), it)
+        return self.max_sim_time is not None and self.env.now >= self.max_sim_time
+
+    def _spans(self) -> bool:
+        """Whether draft-free steps may run in compiled spans: no drafter will ever draft again (none,
+        or a latched gate), nothing needs each step in Python, and the cost is the roofline's."""
+        gate = self.gate or self.legacy_gate
+        off = not self.s.speculate or (gate is not None and gate.disabled)
+        return off and self._span_cost is not None and not self.record_batches and not self._hears_commits
+
+    def _run_span(self, it: int) -> tuple[int, int, int, float]:
+        """Run a compiled span from now (see ``specplan.simulator.span``); returns its status, the last
+        iteration number, that iteration's rows and, when pending, its step seconds."""
+        s, st, log, its = self.s, self.st, self.trace.emissions, self.trace.iterations
+        log.reserve(s.max_batch_size)
+        its.reserve()
+        out, rec = self._span_out, self._record
+        span.run_span(
+            st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.started, st.reserved,
+            self.kv.held, st.disable_spec, st.pending_drafted, st.emits, st.first_token, st.finish, self.k_static,
+            self._budget, self._verify_width, self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill,
+            self.kv.num_blocks, self.kv.block_size, self.rules.stamps_disable and s.speculate, self._span_cost,
+            s.piecewise_graph_slowdown, self._rows, self._q_sched, self._q, self._ctx, self._width, self._resident,
+            self._terms, self._no_drafting, self._none, self.trace.accepted_hist, log.request, log.time, log.tokens,
+            log.n, its.rows, its.n, rec, self._finished, self._stats, self.env.now, self.env.peek(),
+            self._max_time, self.prefix_cache is not None, it, len(self.waiting), out)
+        status, it, n, log.n, its.n = out.tolist()
+        if status == span.NOTHING_FITS:
+            raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
+        self.kv.check(status != span.KV_BROKEN)
+        advance_clock(self.env, float(rec[0]))
+        return status, it, n, float(rec[2])
+
     def run_loop(self):
         s, st = self.s, self.st
         self._budget = control.BUDGETS[self.rules.budget]
         self._verify_width = control.VERIFY_WIDTHS.get(s.verify_width, 2)
         self._policy = POLICIES[s.policy]
+        self._max_time = np.inf if self.max_sim_time is None else self.max_sim_time
         stamps = self.rules.stamps_disable and s.speculate
         it = 0
         while True:
@@ -304,53 +318,46 @@ class Executor:
                 yield self._wakeup
                 self._wakeup = None
                 continue
-            it += 1
             k, spec = self._setup_drafter()
-            n = self._schedule(spec, k)
-            rows, ctx_rows = self._rows[:n], self._ctx[:n]
-            if stamps and not spec:
-                st.disable_spec[rows] = True
-            if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
-                k, spec = self._update_draft_len(n, k, spec)
-            self._last_scheduled = n
-            if spec:
-                d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static,
-                                                                      s.verify_width, self.rules.budget == "draft")
-                drafted = drafted.astype(np.int64, copy=False)
-                accepted = accepted.astype(np.int64, copy=False)
-                step_s = self._price(n, q, False)
+            drafting, drafted, accepted, q = self._no_drafting, self._none, self._none, self._q
+            if not spec and self._spans():
+                status, it, n, step_s = self._run_span(it)
+                self._last_scheduled = n
+                if status == span.FULL:
+                    continue
+                if status == span.COMMITTED:
+                    if self._after_commit(it, n, False, 0, 0, 0, 0, int(self._stats[step.FINISHED])):
+                        return
+                    continue
             else:
-                drafting, drafted, accepted = self._no_drafting, self._none, self._none
-                q = self._q
-                step_s = self._price(n, q, True)
-            if s.piecewise_graph_slowdown > 0:
-                step_s /= 1.0 - s.piecewise_graph_slowdown
-            if self.record_batches:
-                self.trace.batches.append((rows.copy(), q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
-            num_drafting = len(drafted)
-            if spec and num_drafting:
-                drows = rows[drafting]
-                step_s += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
+                it += 1
+                n = self._schedule(spec, k)
+                rows, ctx_rows = self._rows[:n], self._ctx[:n]
+                if stamps and not spec:
+                    st.disable_spec[rows] = True
+                if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
+                    k, spec = self._update_draft_len(n, k, spec)
+                self._last_scheduled = n
+                if spec:
+                    d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
+                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static,
+                                                                          s.verify_width, self.rules.budget == "draft")
+                    drafted = drafted.astype(np.int64, copy=False)
+                    accepted = accepted.astype(np.int64, copy=False)
+                step_s = self._price(n, q, not spec)
+                if s.piecewise_graph_slowdown > 0:
+                    step_s /= 1.0 - s.piecewise_graph_slowdown
+                if self.record_batches:
+                    self.trace.batches.append((rows.copy(), q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+                if spec and len(drafted):
+                    drows = rows[drafting]
+                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step_s)
             max_seq_len = int(self._terms[step.MAX_SEQ_LEN])
-            num_generation = n - int(ctx_rows.sum()) if spec else 0
+            num_generation = n - int(self._ctx[:n].sum()) if spec else 0
             finished = self._commit(it, start, step_s, n, q, k, spec, drafting, drafted, accepted)
-            if self.prefix_cache is not None and ctx_rows.any():
-                self.prefix_cache.on_computed(rows[ctx_rows], st)
-            self._update_gate(it, spec, k, num_drafting, num_generation)
-            if self.rules.k_timing == "next_step" and s.speculate:
-                # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
-                # entries' context bucket: the longest sequence scheduled) for the drafts proposed now.
-                self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
-                gate = self.gate or self.legacy_gate
-                if gate is None or not gate.disabled:
-                    propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len,
-                                            s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
-            if finished:
-                self._on_finish(self._finished[:finished].copy(), it)
-            if self.max_sim_time is not None and self.env.now >= self.max_sim_time:
+            if self._after_commit(it, n, spec, k, len(drafted), num_generation, max_seq_len, finished):
                 return
 
     def start(self) -> None:

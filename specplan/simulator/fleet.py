@@ -23,7 +23,8 @@ import simpy
 
 from specplan.config import SimConfig
 from specplan.simulator import metrics
-from specplan.simulator.engine import Executor, Trace
+from specplan.simulator.emissions import Trace
+from specplan.simulator.engine import Executor
 from specplan.simulator.inputs import Workload
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.router import Load, make_router

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from specplan.simulator.engine import Trace
+from specplan.simulator.emissions import Trace
 from specplan.simulator.emissions import ITERATION_FIELDS
 
 PERCENTILES = (50, 90, 99)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from specplan.errors import ConfigError
 from specplan.simulator.control import prepare_draft_requests
 from specplan.simulator.kv import blocks_for
 from specplan.simulator.state import KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL
@@ -167,3 +168,27 @@ def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, st
             out_rows[m], out_q[m], out_ctx[m], out_width[m] = out_rows[i], out_q[i], out_ctx[i], out_width[i]
             m += 1
     return m
+
+
+def check_fits(s, st, kv, k_static: int) -> None:
+    """A request that can never be scheduled would wait forever: refuse the config up front
+    (``s`` the ``EngineSettings``, ``st`` the ``RequestState``, ``kv`` the ``KVBlockPool``)."""
+    n = st.n
+    if not s.chunked_prefill and n and int(st.plen.max()) > s.max_num_tokens:
+        worst = int(st.plen.argmax())
+        raise ConfigError(
+            f"engine.max_num_tokens: request {worst} has a {int(st.plen[worst])}-token prompt, over "
+            f"max_num_tokens {s.max_num_tokens}; set engine.enable_chunked_prefill: true or raise it"
+        )
+    if s.max_model_len is not None and n and int((st.plen + st.olen).max()) > s.max_model_len:
+        worst = int((st.plen + st.olen).argmax())
+        raise ConfigError(f"engine.max_model_len: request {worst} holds {int(st.plen[worst] + st.olen[worst])} "
+                          f"tokens, over max_model_len {s.max_model_len}; raise it or shorten the workload")
+    need = kv.blocks_for(st.plen + st.olen + k_static)
+    worst = int(need.argmax())
+    if need[worst] > kv.num_blocks:
+        raise ConfigError(
+            f"engine.kv_num_blocks: request {worst} needs {int(need[worst])} KV blocks "
+            f"({int(st.plen[worst] + st.olen[worst])} tokens) but the cache holds {kv.num_blocks}; "
+            "raise kv_num_blocks / kv_budget_gb or shorten the workload"
+        )

@@ -1,0 +1,86 @@
+"""Spans: iterations run back to back in one compiled call while nothing else can happen.
+
+An iteration without drafts whose end comes strictly before the next event in the SimPy queue (an
+arrival, a client's think time, another replica's step) cannot be touched by anything else in the
+environment: no other process runs before it ends. The executor runs such iterations in
+``run_span`` with the same compiled ``schedule_step``, ``price_step`` and ``commit_step`` it uses one
+at a time, and returns to SimPy when
+
+- the next iteration would end at or after the next queued event (``PENDING``: it comes back
+  scheduled and priced, and the executor yields its timeout as usual);
+- a step completed a request, ran a prefill chunk under prefix caching, or reached
+  ``max_sim_time`` (``COMMITTED``: the executor does the Python side of that step);
+- the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
+
+Only costs the compiled code can price (the roofline) span; the clock each span advances is the one
+SimPy would have computed, step by step, so results are identical to running every step through it.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from specplan.cost_models.roofline import roofline_step_time
+from specplan.simulator.scheduler import schedule_step
+from specplan.simulator.state import N_ACTIVE
+from specplan.simulator.step import EMITTED, FINISHED, commit_step, price_step
+
+PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
+
+
+@njit(cache=True)
+def run_span(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled, pending,
+             emits, first_token, finish, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
+             chunked, num_blocks, block_size, stamp, coefficients, slowdown, rows, q_sched, q, ctx, width, resident,
+             terms, no_drafting, none, accepted_hist, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
+             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, out):
+    """Run draft-free iterations from ``now`` until one of the module's stops; ``out`` returns
+    (status, last iteration number, its rows, emission rows, iteration rows) and the clock and the
+    pending step's seconds go back in ``record[0]`` and ``record[2]``."""
+    t = now
+    status = FULL
+    n = 0
+    while it_n < len(iteration_log) and em_n + max_batch_size <= len(em_request):
+        n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
+                          disabled, pending, False, 0, k_static, budget_rule, verify_width, policy, max_num_tokens,
+                          max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
+        if n == 0:
+            status = NOTHING_FITS
+            break
+        if stamp:
+            for i in range(n):
+                disabled[rows[i]] = True
+        if not price_step(rows, q_sched, q, ctx, n, True, plen, generated, computed, held, counters, num_blocks,
+                          block_size, resident, terms):
+            status = KV_BROKEN
+            break
+        step = roofline_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
+                                  terms[5], terms[6])
+        if slowdown > 0:
+            step /= 1.0 - slowdown
+        it += 1
+        if not t + step < horizon:
+            status = PENDING
+            record[2] = step
+            break
+        start = t
+        t = t + step
+        record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
+            it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
+        ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
+                         ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
+                         num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
+                         record, finished, stats)
+        em_n += stats[EMITTED]
+        it_n += 1
+        if not ok:
+            status = KV_BROKEN
+            break
+        prefilled = False
+        for i in range(n):
+            prefilled = prefilled or ctx[i]
+        if stats[FINISHED] or (stop_on_prefill and prefilled) or t >= max_sim_time:
+            status = COMMITTED
+            break
+    out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
+    record[0] = t
