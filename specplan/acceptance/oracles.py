@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 
 class AcceptanceOracle(ABC):
@@ -53,11 +54,21 @@ class AcceptanceOracle(ABC):
     def state_size(self, rids: np.ndarray, committed: np.ndarray) -> int:
         """What drafting cost scales with (``CostModel.draft_time``'s ``pool_entries``): by default the
         mean history length of the drafting rows, i.e. the suffix automaton's size."""
-        return int((self.prompt_lens[rids] + committed).mean()) if len(rids) else 0
+        # The integer floor of the exact mean (what int(mean()) gives for these sizes), without numpy's mean.
+        return int((self.prompt_lens[rids] + committed).sum()) // len(rids) if len(rids) else 0
 
     def remaining_draft_budget(self, rids: np.ndarray, committed: np.ndarray, k: int) -> np.ndarray:
         """TensorRT-LLM's truncation: at most ``max_seq_len - 1 - len(history)`` = output_len - committed - 1."""
-        return np.clip(np.minimum(k, self.output_lens[rids] - committed - 1), 0, None)
+        return draft_budget(self.output_lens, rids, committed, k)
+
+
+@njit(cache=True)
+def draft_budget(output_lens, rids, committed, k):
+    """``AcceptanceOracle.remaining_draft_budget`` per row: ``min(k, output_len - committed - 1)``, at least 0."""
+    out = np.empty(len(rids), dtype=np.int64)
+    for i in range(len(rids)):
+        out[i] = max(min(k, output_lens[rids[i]] - committed[i] - 1), 0)
+    return out
 
 
 class _PerRequestUniforms:
@@ -76,10 +87,25 @@ class _PerRequestUniforms:
         self._u = np.random.default_rng(seed).random(int(sizes.sum()), dtype=np.float32)
         self._steps = np.zeros(len(output_lens), dtype=np.int64)
 
-    def next(self, rids: np.ndarray) -> np.ndarray:
-        steps = self._steps[rids]
-        self._steps[rids] = steps + 1
-        return self._u[self._offsets[rids] + np.minimum(steps, self._sizes[rids] - 1)]
+    def draw_accepted(self, rids: np.ndarray, drafted: np.ndarray, survival: np.ndarray) -> np.ndarray:
+        """Each row's accepted count: how many of ``survival`` its next uniform is below, capped at
+        ``drafted`` (the inverse-CDF draw of the accepted prefix; compiled, one pass)."""
+        return _draw_accepted(rids, drafted, survival, self._u, self._offsets, self._sizes, self._steps)
+
+
+@njit(cache=True)
+def _draw_accepted(rids, drafted, survival, u, offsets, sizes, steps):
+    out = np.empty(len(rids), dtype=np.int64)
+    for i in range(len(rids)):
+        r = rids[i]
+        x = u[offsets[r] + min(steps[r], sizes[r] - 1)]
+        steps[r] += 1
+        hits = 0
+        for s in survival:
+            if x < s:
+                hits += 1
+        out[i] = min(hits, drafted[i])
+    return out
 
 
 class SurvivalOracle(AcceptanceOracle):
@@ -102,9 +128,7 @@ class SurvivalOracle(AcceptanceOracle):
         drafted = self.remaining_draft_budget(rids, committed, k)
         if k <= 0 or len(rids) == 0:
             return drafted, np.zeros_like(drafted)
-        u = self._uniforms.next(rids)
-        hits = (u[:, None] < self.survival[None, :k]).sum(axis=1)
-        return drafted, np.minimum(hits, drafted)
+        return drafted, self._uniforms.draw_accepted(rids, drafted, self.survival[:k])
 
 
 def alpha_oracle(alpha: float, prompt_lens, output_lens, seed: int, max_k: int = 64) -> SurvivalOracle:

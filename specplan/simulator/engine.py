@@ -7,18 +7,20 @@ a. ``_fetch_new_requests``: arrived requests join the active set;
 b. ``_setup_drafter``: K before scheduling and speculation on/off (``should_use_spec_decode``,
    the SpeculationGate latch);
 c. ``_prepare_draft_requests``: each generation request's placeholder tokens (its token charge and
-   KV growth);
-d. capacity and micro-batch scheduling (``CapacityScheduler.schedule`` -> ``ScheduleDecision``);
-   requests scheduled while speculation is off are stamped ``py_disable_speculative_decoding``;
+   KV growth), and d. capacity and micro-batch scheduling (``scheduler.schedule_step``); requests
+   scheduled while speculation is off are stamped ``py_disable_speculative_decoding``;
 e. ``update_draft_len``: the post-schedule K of the one-model path;
 f. ``prepare_draft_tokens``: drafts (the oracle), padded to the path's verify width;
-g. verify forward, priced by the cost model (plus drafting on the critical path);
-h. ``_update_requests``: commit accepted + 1 tokens and ``rewind_kv_cache``;
+g. verify forward, priced by the cost model from ``step.price_step``'s terms (plus drafting);
+h. ``step.commit_step``: commit accepted + 1 tokens, ``rewind_kv_cache``, completions;
 i. SpeculationGate update (one iteration late with the overlap scheduler);
 j. vLLM only: ``propose_draft_token_ids`` for the next step.
 
-The rules of each engine path (``specplan.simulator.paths``) pick which of these do what.
-Each iteration is one ``env.timeout(step_time)``; state is numpy arrays indexed by request.
+The rules of each engine path (``specplan.simulator.paths``) pick which of these do what. State is
+numpy arrays indexed by request; the per-row work of c-d, g and h is compiled (numba), so Python
+touches each iteration a fixed number of times whatever the batch. Each iteration is one
+``env.timeout(step_time)``, except that draft-free iterations ending strictly before the next queued
+event run back to back in one compiled call (``specplan.simulator.span``).
 """
 
 from __future__ import annotations

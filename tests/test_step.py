@@ -1,0 +1,203 @@
+"""The compiled step, called directly: scheduling, pricing terms and commit on hand-worked batches,
+the terms against an independent numpy reduction, and spans against one step at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings, strategies as st
+
+from specplan.config import build_config
+from specplan.cost_models.base import StepBatch
+from specplan.cost_models.terms import BatchTerms
+from specplan.simulator import span, step
+from specplan.simulator.control import BUDGETS, VERIFY_WIDTHS
+from specplan.simulator.run import simulate
+from specplan.simulator.scheduler import GUARANTEED_NO_EVICT, MAX_UTILIZATION, schedule_step
+from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL, RequestState
+
+BLOCK = 16
+
+
+def state(plen, olen, computed=None, generated=None, started=None):
+    """A RequestState with the given progress, every request active in index order."""
+    st_ = RequestState(np.array(plen), np.array(olen))
+    if computed is not None:
+        st_.computed[:] = computed
+    if generated is not None:
+        st_.generated[:] = generated
+    if started is not None:
+        st_.started[:] = started
+    st_.admit(list(range(st_.n)))
+    return st_
+
+
+def schedule(st_, held, *, max_num_tokens, max_batch_size=8, chunked=True, policy=GUARANTEED_NO_EVICT,
+             spec=True, k=4, k_static=4, budget="placeholder", width="static", num_blocks=1000):
+    out = [np.zeros(max_batch_size, dtype=np.int64) for _ in range(2)] + [np.zeros(max_batch_size, dtype=bool),
+                                                                        np.zeros(max_batch_size, dtype=np.int64)]
+    n = schedule_step(st_.act, st_.counters, st_.plen, st_.olen, st_.computed, st_.ctx_target, st_.generated,
+                      st_.started, st_.reserved, held, st_.disable_spec, st_.pending_drafted, spec, k, k_static,
+                      BUDGETS[budget], VERIFY_WIDTHS[width], policy, max_num_tokens, max_batch_size, chunked,
+                      num_blocks, BLOCK, *out)
+    rows, q, ctx, _ = (a[:n] for a in out)
+    return rows.tolist(), q.tolist(), ctx.tolist()
+
+
+def test_fcfs_with_break_and_the_chunk_of_the_first_context_request_that_does_not_fit():
+    # 0 decodes (1 + K = 5 placeholders), 1 still needs 300 prompt tokens, 2 and 3 decode.
+    plen, olen = [10, 300, 10, 10], [50] * 4
+    computed, generated, started = [10, 0, 10, 10], [3, 0, 3, 3], [True, False, True, True]
+    held = np.zeros(4, dtype=np.int64)
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=100) == ([0, 1], [5, 95], [False, True])
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=100, chunked=False) == ([0], [5], [False])  # the pass breaks at 1
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=1000) == ([0, 1, 2, 3], [5, 300, 5, 5], [False, True, False, False])
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=1000, max_batch_size=2) == ([0, 1], [5, 300], [False, True])
+    st_ = state(plen, olen, computed, generated, started)
+    st_.disable_spec[2] = True  # py_disable_speculative_decoding: one token, no placeholders
+    assert schedule(st_, held, max_num_tokens=1000)[1] == [5, 300, 1, 5]
+
+
+def test_guaranteed_no_evict_stops_at_the_first_request_it_cannot_reserve():
+    # Whole lives need ceil((plen + olen + K) / 16) blocks: 5, 5, 2; 11 blocks are free.
+    st_ = state([40, 40, 10], [36, 36, 10])
+    held = np.zeros(3, dtype=np.int64)
+    rows, _, _ = schedule(st_, held, max_num_tokens=1000, num_blocks=11)
+    assert rows == [0, 1]  # request 2 would fit, but the pass stops at the first that does not
+    assert st_.reserved.tolist() == [5, 5, 0] and st_.counters[RESERVED_TOTAL] == 10
+    assert st_.started.tolist() == [True, True, False]
+    rows, _, _ = schedule(st_, held, max_num_tokens=1000, num_blocks=11)
+    assert rows == [0, 1] and st_.counters[RESERVED_TOTAL] == 10  # no request is reserved twice
+
+
+def test_max_utilization_preempts_the_latest_started_request_and_moves_it_to_the_back():
+    # Three decoding requests hold 2 blocks each (31 resident tokens); the next step grows each by
+    # 1 + K = 5 positions to 36, a third block, and only 1 block is free: the latest started (2) goes.
+    st_ = state([16, 16, 16], [40, 40, 40], computed=[16] * 3, generated=[16] * 3, started=[True] * 3)
+    held = np.array([2, 2, 2], dtype=np.int64)
+    st_.counters[KV_USED] = 6
+    rows, q, ctx = schedule(st_, held, max_num_tokens=1000, policy=MAX_UTILIZATION, num_blocks=7, k=4, k_static=4)
+    assert st_.counters[PREEMPTIONS] == 1 and rows == [0, 1]
+    assert held[2] == 0 and st_.counters[KV_USED] == 4
+    assert st_.computed[2] == 0 and st_.ctx_target[2] == 16 + 16 and not st_.started[2]
+    assert st_.act[:3].tolist() == [0, 1, 2]
+    # Order [1, 2, 0] with 0 not started yet: the victim is 2 (the last started), which moves to the
+    # back; 0 then needs 3 new blocks with 2 to spare and does not start.
+    st_ = state([16, 16, 16], [40, 40, 40], computed=[16] * 3, generated=[16] * 3, started=[False, True, True])
+    st_.act[:3] = [1, 2, 0]
+    held = np.array([0, 2, 2], dtype=np.int64)
+    st_.counters[KV_USED] = 4
+    rows, _, _ = schedule(st_, held, max_num_tokens=1000, policy=MAX_UTILIZATION, num_blocks=5)
+    assert rows == [1] and st_.act[:3].tolist() == [1, 0, 2] and st_.counters[PREEMPTIONS] == 1
+    assert st_.started.tolist() == [False, True, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(0, 300), st.integers(1, 9), st.booleans()),
+                min_size=1, max_size=12))
+def test_price_step_terms_equal_the_numpy_reduction(rows_spec):
+    """``price_step`` against ``BatchTerms.of`` of the same batch, and KV grown to resident + q."""
+    n = len(rows_spec)
+    plen = np.array([r[0] for r in rows_spec])
+    st_ = RequestState(plen, plen + 500)
+    st_.generated[:] = [r[1] for r in rows_spec]
+    ctx = np.array([r[3] for r in rows_spec])
+    st_.computed[:] = np.where(ctx, plen // 2, plen)
+    q = np.array([r[2] for r in rows_spec], dtype=np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    held = np.zeros(n, dtype=np.int64)
+    resident, terms = np.zeros(n, dtype=np.int64), np.zeros(step.NUM_TERMS)
+    ok = step.price_step(rows, q, q.copy(), ctx, n, False, st_.plen, st_.generated, st_.computed, held,
+                         st_.counters, 10**9, BLOCK, resident, terms)
+    expect_resident = np.where(ctx, st_.computed, plen + st_.generated - 1)
+    assert ok and resident.tolist() == expect_resident.tolist()
+    assert tuple(terms[:10].tolist()) == tuple(float(x) for x in BatchTerms.of(StepBatch(q, expect_resident, ctx)))
+    assert held.tolist() == (-(-(expect_resident + q) // BLOCK)).tolist() and st_.counters[KV_USED] == held.sum()
+    assert terms[step.MAX_SEQ_LEN] == (expect_resident + q).max()
+
+
+def test_commit_step_commits_clamps_rewinds_and_completes():
+    # Row 0 finishes its prompt chunk (first token); row 1 verifies 4 drafts and accepts 3 but has 2
+    # tokens left (it completes); row 2 accepts 1 of 2.
+    st_ = state([20, 8, 8], [5, 10, 10], computed=[12, 8, 8], generated=[0, 8, 3], started=[True] * 3)
+    held = np.array([1, 1, 1], dtype=np.int64)
+    st_.counters[KV_USED] = 3
+    rows = np.array([0, 1, 2], dtype=np.int64)
+    q_sched = np.array([8, 5, 5], dtype=np.int64)
+    q = np.array([8, 5, 3], dtype=np.int64)
+    ctx = np.array([True, False, False])
+    drafting = np.array([False, True, True])
+    drafted, accepted = np.array([4, 2], dtype=np.int64), np.array([3, 1], dtype=np.int64)
+    hist = np.zeros(5, dtype=np.int64)
+    em = (np.zeros(8, dtype=np.int32), np.zeros(8), np.zeros(8, dtype=np.int32))
+    log = np.zeros((4, 16))
+    record = np.array([7, 1.5, 0.25, 3, 2, 4, 1], dtype=float)
+    finished, stats = np.zeros(3, dtype=np.int64), np.zeros(step.NUM_STATS, dtype=np.int64)
+    ok = step.commit_step(rows, q_sched, q, ctx, 3, drafting, drafted, accepted, hist, 1.75, st_.plen, st_.olen,
+                          st_.computed, st_.ctx_target, st_.generated, st_.emits, st_.first_token, st_.finish, held,
+                          st_.reserved, st_.act, st_.counters, 100, BLOCK, *em, 0, log, 0, record, finished, stats)
+    assert ok
+    assert st_.generated.tolist() == [1, 10, 5] and st_.computed[0] == 20
+    assert st_.first_token[0] == 1.75 and np.isnan(st_.first_token[1:]).all()
+    assert em[0][:3].tolist() == [0, 1, 2] and em[2][:3].tolist() == [1, 2, 2] and (em[1][:3] == 1.75).all()
+    assert hist.tolist() == [0, 1, 0, 1, 0]
+    # Rewind: resident = plen + generated - 1 -> 20, 17, 12 tokens: 2, 2, 1 blocks (5 in the record);
+    # the completed request's 2 are then released.
+    assert held.tolist() == [2, 0, 1] and st_.counters[KV_USED] == 3
+    assert finished[:stats[step.FINISHED]].tolist() == [1] and st_.finish[1] == 1.75
+    assert st_.act[:st_.counters[N_ACTIVE]].tolist() == [0, 2] and st_.counters[DONE] == 1
+    assert log[0].tolist() == [7, 1.5, 0.25, 3, 2, 3, 2, 8, 4, 1, 6, 4, 16 - 8, 5, 1, 5]
+    assert stats[step.ACCEPTED] == 4 and stats[step.DRAFTED] == 6 and stats[step.VERIFIED] == 4 + 2
+
+
+def _tables(res):
+    return res.requests, res.iterations, res.emissions
+
+
+def test_spans_match_one_step_at_a_time(monkeypatch):
+    """Recording batches sends every step through SimPy one at a time; spans must give the same run."""
+    calls = []
+    real = span.run_span
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(span, "run_span", counted)
+    for over in ({"workload": {"arrival": "poisson", "rate": 40.0}},
+                 {"engine": {"engine": "vllm"}, "workload": {"arrival": "closed_loop", "concurrency": 6}},
+                 {"engine": {"capacity_scheduler_policy": "MAX_UTILIZATION", "kv_num_blocks": 400,
+                             "enable_chunked_prefill": True, "max_num_tokens": 256}}):
+        data = {"seed": 5, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
+                "speculation": {"decoding_type": "none"},
+                "workload": {"trace": "specbench", "num_requests": 40, "arrival": "closed_loop", "concurrency": 8},
+                "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"}}
+        for key, value in over.items():
+            data[key] = {**data[key], **value}
+        cfg = build_config(data)
+        calls.clear()
+        fast = simulate(cfg)
+        assert 0 < len(calls) < fast.summary["iterations"]  # spans ran, several steps each
+        slow = simulate(cfg, record_batches=True)
+        for a, b in zip(_tables(fast), _tables(slow)):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert fast.summary == slow.summary
+
+
+def test_a_latched_gate_spans_the_rest_of_the_run():
+    data = {"seed": 1, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
+            "speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1,
+                            "acceptance_rate_window_size": 20, "acceptance_rate_threshold": 0.9},
+            "acceptance": {"mode": "alpha", "alpha": 0.3},
+            "workload": {"trace": "specbench", "num_requests": 30, "arrival": "closed_loop", "concurrency": 8},
+            "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"}}
+    cfg = build_config(data)
+    fast, slow = simulate(cfg), simulate(cfg, record_batches=True)
+    assert fast.summary["gate_tripped_iteration"] is not None
+    assert fast.summary["spec_iterations"] < fast.summary["iterations"]
+    for a, b in zip(_tables(fast), _tables(slow)):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
