@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from loop_timer import LoopTimer
 from specplan.config import build_config
 from specplan.simulator.run import simulate
 
@@ -43,26 +44,14 @@ REALISTIC = {
 def measure(data: dict, repeat: int) -> tuple[dict, float, float]:
     """(summary, best whole-call CPU seconds, best in-loop CPU seconds)."""
     cfg = build_config(data)
-    loop: list[float] = []
-
-    def timed(ex) -> None:
-        run = ex.run
-
-        def wrapped():
-            t0 = time.process_time()
-            trace = run()
-            loop.append(time.process_time() - t0)
-            return trace
-
-        ex.run = wrapped
-
+    loop = LoopTimer()
     simulate(cfg)  # warm-up
     whole = []
     for _ in range(repeat):
         t0 = time.process_time()
-        res = simulate(cfg, observe=timed)
+        res = simulate(cfg, observe=loop)
         whole.append(time.process_time() - t0)
-    return res.summary, min(whole), min(loop)
+    return res.summary, min(whole), min(loop.seconds)
 
 
 def report(name: str, s: dict, whole: float, loop: float, whole_target: str, loop_target: str) -> None:

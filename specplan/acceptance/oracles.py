@@ -29,6 +29,10 @@ class AcceptanceOracle(ABC):
     #: the prefill forward verifies a draft built from the prompt).
     drafts_at_prefill = False
 
+    #: True when everything the oracle keeps is per request (no pools across requests): a fleet's
+    #: replicas can then share one instance, since each request is only ever on one replica.
+    per_request_state = False
+
     def __init__(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> None:
         self.prompt_lens = np.asarray(prompt_lens, dtype=np.int64)
         self.output_lens = np.asarray(output_lens, dtype=np.int64)
@@ -115,6 +119,8 @@ class SurvivalOracle(AcceptanceOracle):
     non-increasing this is the inverse-CDF draw of the accepted-prefix length, capped at drafted.
     Positions past the end of the curve are never accepted.
     """
+
+    per_request_state = True  # one uniform stream and step count per request
 
     def __init__(self, survival: np.ndarray, prompt_lens, output_lens, seed: int) -> None:
         super().__init__(prompt_lens, output_lens)

@@ -20,6 +20,13 @@ ITERATION_FIELDS = (
 _FLOAT_FIELDS = ("start_s", "step_s")
 
 
+def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
+    """``a``'s first ``n`` rows in a new array of ``capacity`` rows (the rest uninitialised)."""
+    out = np.empty((capacity,) + a.shape[1:], dtype=a.dtype)
+    out[:n] = a[:n]
+    return out
+
+
 class EmissionLog:
     """Rows of (request index, time, tokens committed) in the order the executor emitted them, which
     is simulated-time order. Columns double in capacity when full, so appends are amortised O(1)."""
@@ -38,7 +45,7 @@ class EmissionLog:
         end = self.n + m
         if end > len(self.request):
             capacity = max(2 * len(self.request), end)
-            self.request, self.time, self.tokens = (np.resize(a, capacity) for a in (self.request, self.time, self.tokens))
+            self.request, self.time, self.tokens = (_grown(a, self.n, capacity) for a in (self.request, self.time, self.tokens))
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Request, time and tokens columns, trimmed to the rows recorded (the spare capacity is freed)."""
@@ -61,7 +68,7 @@ class IterationLog:
     def reserve(self) -> None:
         """Make room for one more row."""
         if self.n == len(self.rows):
-            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            self.rows = _grown(self.rows, self.n, 2 * len(self.rows))
 
     def column(self, name: str) -> np.ndarray:
         """One field over the recorded iterations (float seconds, bool ``spec_on``, int64 otherwise)."""

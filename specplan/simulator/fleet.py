@@ -62,14 +62,17 @@ class Fleet:
         # Cost models only price steps (no run state), so replicas of one tp degree share one.
         costs: dict[int, object] = {cfg.cost.tp: cost} if cost is not None else {}
         self.replicas: list[Executor] = []
+        shared = None
         for rcfg in replica_configs(cfg):
             if rcfg.cost.tp not in costs:
                 costs[rcfg.cost.tp] = build_cost(rcfg)
+            # An oracle whose state is all per request serves every replica (each request is touched
+            # only by the replica it is routed to); one with pools is built per replica.
+            oracle = shared or build_oracle(rcfg, requests, workload.prompt_lens, workload.output_lens, drafter_cache)
+            shared = oracle if oracle.per_request_state else None
             self.replicas.append(Executor(
-                resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, build_oracle(rcfg, requests, workload.prompt_lens, workload.output_lens,
-                                                                     drafter_cache),
-                costs[rcfg.cost.tp], cfg.max_sim_time_s, prefix_cache=build_prefix_cache(rcfg, requests),
-                env=self.env, frontend=self.frontend))
+                resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, oracle, costs[rcfg.cost.tp], cfg.max_sim_time_s,
+                prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend))
         self.costs = costs
 
     def load(self) -> Load:
@@ -79,7 +82,7 @@ class Fleet:
                     np.array([r.kv.used / r.kv.num_blocks for r in reps]), self.assigned, self.w.predecessor)
 
     def _route(self, rid: int) -> None:
-        i = self.router.choose(rid, self.load())
+        i = self.router.choose(rid, self.load() if self.router.reads_load else None)
         self.assigned[rid] = i
         self.replicas[i].submit(rid)
 
@@ -155,7 +158,7 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
 def _drafter_metrics(fleet: Fleet) -> dict:
     """Drafter counters (integers) summed over replicas, each replica's oracle counting its own
     requests; rates do not add up, so with several replicas they stay in the per-replica summaries."""
-    each = [ex.oracle.metrics() for ex in fleet.replicas]
+    each = [o.metrics() for o in {id(ex.oracle): ex.oracle for ex in fleet.replicas}.values()]  # shared once
     if len(each) == 1:
         return each[0]
     return {k: sum(m[k] for m in each) for k, v in each[0].items()

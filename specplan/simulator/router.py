@@ -2,7 +2,8 @@
 
 Each policy is a small pure object: ``choose(rid, load)`` reads a :class:`Load` snapshot of the
 replicas at that instant and returns a replica index; nothing else is consulted, so a policy can be
-tested on hand-built snapshots. Ties go to the lowest replica index (deterministic).
+tested on hand-built snapshots. Ties go to the lowest replica index (deterministic). A policy whose
+``reads_load`` is False is handed no snapshot (``None``).
 
 - ``round_robin``: replicas in turn, whatever their load.
 - ``least_outstanding``: the replica with the fewest requests waiting or running (the "least
@@ -42,6 +43,8 @@ class Load:
 class RoundRobin:
     """Replica ``j mod N`` for the ``j``-th routed request."""
 
+    reads_load = False  # the fleet need not take a snapshot for it
+
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
         self._next = 0
@@ -55,6 +58,8 @@ class RoundRobin:
 class LeastOutstanding:
     """The replica with the fewest outstanding requests."""
 
+    reads_load = True
+
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
@@ -65,6 +70,8 @@ class LeastOutstanding:
 class LeastKV:
     """The replica with the least KV cache in use, then the fewest outstanding requests."""
 
+    reads_load = True
+
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
@@ -74,6 +81,8 @@ class LeastKV:
 
 class SessionAffinity:
     """A later turn goes to its predecessor's replica; a first turn to the least outstanding one."""
+
+    reads_load = True
 
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
