@@ -33,7 +33,7 @@ import simpy
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.roofline import RooflineCostModel
-from specplan.cost_models.terms import BatchTerms
+from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
 from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
@@ -105,7 +105,7 @@ class Executor:
         self._span_out = np.zeros(5, dtype=np.int64)
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
-        self._prices_terms = callable(getattr(cost, "step_time_terms", None))
+        self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
         check_fits(settings, self.st, self.kv, self.k_static)
 
