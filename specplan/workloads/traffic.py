@@ -21,7 +21,7 @@ all spawned from ``seed``: changing the rate leaves the sampled requests unchang
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -99,14 +99,9 @@ def predecessor_indices(requests: Sequence[Request]) -> np.ndarray:
     return np.array([index[r.meta["predecessor"]] if r.meta.get("predecessor") else -1 for r in requests], dtype=np.int64)
 
 
-def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[Request]:
-    if is_synthetic(cfg.trace):
-        spec = SyntheticSpec.parse(cfg.trace)
-        if spec.lengths is not None:
-            plen, olen = fit_lengths(load_workload(spec.lengths))
-        else:
-            plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
-        return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
+def trace_requests(cfg: WorkloadConfig) -> list[Request]:
+    """The requests of ``workload.trace`` (a bundled name or a file, read and tokenised), kept to
+    ``workload.categories``, before any sampling: what a sweep's worker loads once per trace."""
     from specplan.workloads.model_folder import workload_options
 
     requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace))
@@ -119,15 +114,29 @@ def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[
     return requests
 
 
-def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant") -> list[Request]:
+def _synthetic_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[Request]:
+    spec = SyntheticSpec.parse(cfg.trace)
+    if spec.lengths is not None:
+        plen, olen = fit_lengths(load_workload(spec.lengths))
+    else:
+        plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
+    return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
+
+
+def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant",
+                   trace: Optional[list[Request]] = None) -> list[Request]:
     """The requests of one run, with arrivals assigned (see the module docstring for the contract).
 
     Think times have mean ``workload.think_time_s``; ``think_time_dist`` is ``constant`` (what the
-    engine assumes today) or ``exponential``.
+    engine assumes today) or ``exponential``. ``trace`` may hold ``trace_requests(workload_cfg)``
+    already loaded (ignored for synthetic traffic, which is generated from ``seed``).
     """
     cfg = workload_cfg
     s_sample, s_arrival, s_think, s_synth = np.random.SeedSequence(seed).spawn(4)
-    base = _base_requests(cfg, s_synth)
+    if is_synthetic(cfg.trace):
+        base = _synthetic_requests(cfg, s_synth)
+    else:
+        base = trace if trace is not None else trace_requests(cfg)
     if cfg.arrival == "trace":
         if cfg.sample_with_replacement:
             raise ConfigError("workload.sample_with_replacement: arrival 'trace' replays the trace's own timestamps; sampling does not apply")
