@@ -63,3 +63,13 @@ def test_a_summary_only_run_imports_no_table_or_plotting_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_result_pickles_with_its_tables():
+    import pickle
+
+    res = simulate(build_config(SMALL), record_batches=True)
+    back = pickle.loads(pickle.dumps(res))
+    assert back.summary == res.summary and back.config == res.config
+    for name in ("requests", "iterations", "emissions", "batches"):
+        assert getattr(back, name).equals(getattr(res, name))

@@ -68,6 +68,13 @@ class SimResult:
         self.description = {} if description is None else description
         self.batches = batches
 
+    def __getstate__(self) -> dict:
+        """Pickled (sent to another process) with every table built: builders close over the trace."""
+        state = dict(self.__dict__)
+        for name in ("requests", "iterations", "emissions", "batches"):
+            state["_" + name] = getattr(self, name)
+        return state
+
     def save(self, out_dir: str | os.PathLike, formats: tuple[str, ...] = ("parquet", "csv")) -> Path:
         """Write tables and the summary; each file goes to a temporary name, then is renamed."""
         out = Path(out_dir)
