@@ -16,9 +16,8 @@ its tables never imports pandas; the tables are DataFrames of the same columns.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional
-
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 

@@ -78,19 +78,16 @@ def _trace_key(workload: WorkloadConfig) -> str:
     configs differing in rate, sample size or seed share one parse."""
     from specplan.workloads.synthetic import is_synthetic
 
-    if is_synthetic(workload.trace):
-        return ""
-    return _canonical({f: getattr(workload, f) for f in ("trace", "format", "tokenizer", "categories")})
+    fields = ("trace", "format", "tokenizer", "categories")
+    return "" if is_synthetic(workload.trace) else _canonical({f: getattr(workload, f) for f in fields})
 
 
 @lru_cache(maxsize=4)
 def _load_trace(key: str) -> Optional[list]:
     """The trace's requests before sampling, read once per process and key."""
-    if not key:
-        return None
     from specplan.workloads.traffic import trace_requests
 
-    return trace_requests(WorkloadConfig.model_validate(json.loads(key)))
+    return trace_requests(WorkloadConfig.model_validate(json.loads(key))) if key else None
 
 
 def _drafter_key(cfg: SimConfig) -> str:
