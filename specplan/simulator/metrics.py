@@ -131,10 +131,12 @@ def inter_token_latencies(emissions: Mapping) -> np.ndarray:
         times, rids = times[by_time], rids[by_time]
     key = rids.astype(np.uint16) if 0 <= rids.min() and rids.max() < 1 << 16 else rids
     order = np.argsort(key, kind="stable")
-    grouped, at = times[order], key[order]
-    gaps = np.empty(times.size)
-    gaps[order[0]] = np.nan  # the very first chunk of the first request: no gap
-    gaps[order[1:]] = np.where(at[1:] == at[:-1], grouped[1:] - grouped[:-1], np.nan)
+    at = key[order]
+    gaps = times[order]  # grouped by request; then the same buffer, back in row order, holds the gaps
+    diff = gaps[1:] - gaps[:-1]
+    diff[at[1:] != at[:-1]] = np.nan  # a request's first chunk: no gap
+    gaps[order[0]] = np.nan
+    gaps[order[1:]] = diff
     return gaps[~np.isnan(gaps)]
 
 
@@ -149,7 +151,9 @@ def _iteration_column(iterations, name: str) -> np.ndarray:
 
 def _pcts(values: np.ndarray) -> dict:
     v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
+    missing = np.isnan(v)
+    if missing.any():
+        v = v[~missing]
     if v.size == 0:
         return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
     # one partition for all three order statistics; each value is the one a call per percentile gives
