@@ -73,10 +73,13 @@ class _PerRequestUniforms:
         sizes = np.maximum(output_lens, 1)
         self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self._sizes = sizes
-        self._u = np.random.default_rng(seed).random(int(sizes.sum()), dtype=np.float32)
+        self._seed = seed
+        self._u: np.ndarray | None = None  # drawn on first use: a run without speculation never asks
         self._steps = np.zeros(len(output_lens), dtype=np.int64)
 
     def next(self, rids: np.ndarray) -> np.ndarray:
+        if self._u is None:
+            self._u = np.random.default_rng(self._seed).random(int(self._sizes.sum()), dtype=np.float32)
         steps = self._steps[rids]
         self._steps[rids] = steps + 1
         return self._u[self._offsets[rids] + np.minimum(steps, self._sizes[rids] - 1)]
