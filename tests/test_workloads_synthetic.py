@@ -90,3 +90,30 @@ def test_constant_lengths_and_requests():
     b = synthetic_requests(5, spec.process, LengthModel.constant(100), LengthModel.constant(40), seed=9)
     assert all(x.same_as(y) for x, y in zip(a, b))
     assert [(r.id, r.prompt_len, r.output_len, r.category) for r in a] == [(f"synthetic-{i}", 100, 40, "synthetic") for i in range(5)]
+
+
+@pytest.mark.parametrize("vocab", [2, 50, 32000, 2**31 - 1])
+def test_fresh_tokens_are_each_requests_own_draws(vocab):
+    """Without copies all requests' tokens come from one draw; each request must still hold exactly
+    what drawing it alone (``CopyProcess.generate``, one call per request in order) gives."""
+    process = CopyProcess(0.0, 8.0, vocab)
+    prompts, outputs = LengthModel(4.0, 0.8, 300), LengthModel(3.0, 1.0, 200)  # odd and even lengths
+    got = synthetic_requests(50, process, prompts, outputs, seed=3)
+    rng = np.random.default_rng(3)
+    plens, olens = prompts.sample(50, rng), outputs.sample(50, rng)
+    assert (plens % 2).any() and not (plens % 2).all()
+    for req, p, o in zip(got, plens, olens):
+        ref = process.generate(int(p + o), rng)
+        assert np.array_equal(req.prompt_ids, ref[:p]) and np.array_equal(req.output_ids, ref[p:])
+        assert req.prompt_ids.dtype == np.int32 and not req.prompt_ids.flags.writeable
+
+
+def test_replaced_copies_fields_and_shares_tokens():
+    from specplan.workloads.request import Request
+
+    r = Request(id="a", prompt_ids=[1, 2], output_ids=[3], category="c", session="s", turn=1, meta={"x": 1})
+    c = r.replaced(id="a#1", arrival_s=2.5, meta={"y": 2})
+    assert (c.id, c.category, c.session, c.turn, c.arrival_s, c.meta) == ("a#1", "c", "s", 1, 2.5, {"y": 2})
+    assert c.prompt_ids is r.prompt_ids and r.id == "a" and r.meta == {"x": 1}
+    with pytest.raises(ValueError):
+        r.replaced(prompt_ids=[5])

@@ -88,12 +88,15 @@ class _PerRequestUniforms:
         sizes = np.maximum(output_lens, 1)
         self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self._sizes = sizes
-        self._u = np.random.default_rng(seed).random(int(sizes.sum()), dtype=np.float32)
+        self._seed = seed
+        self._u: np.ndarray | None = None  # drawn on first use: a run without speculation never asks
         self._steps = np.zeros(len(output_lens), dtype=np.int64)
 
     def draw_accepted(self, rids: np.ndarray, drafted: np.ndarray, survival: np.ndarray) -> np.ndarray:
         """Each row's accepted count: how many of ``survival`` its next uniform is below, capped at
         ``drafted`` (the inverse-CDF draw of the accepted prefix; compiled, one pass)."""
+        if self._u is None:
+            self._u = np.random.default_rng(self._seed).random(int(self._sizes.sum()), dtype=np.float32)
         return _draw_accepted(rids, drafted, survival, self._u, self._offsets, self._sizes, self._steps)
 
 

@@ -23,6 +23,7 @@ made by sampling with replacement share their original's log) or else by ``id``.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -73,6 +74,19 @@ def _read_log(path: Path, field: str, extra: tuple[str, ...] = ()) -> dict[str, 
     return out
 
 
+@lru_cache(maxsize=8)
+def _parsed_log(path: str, stamp: tuple[int, int], field: str, extra: tuple[str, ...]) -> dict:
+    return _read_log(Path(path), field, extra)
+
+
+def parsed_log(path: Path, field: str, extra: tuple[str, ...] = ()) -> dict[str, tuple[Where, dict]]:
+    """``_read_log`` memoised by the file's path, modification time and size: the runs of one process
+    (a sweep's worker runs many configs over one log) parse a log once. The records are shared
+    between runs and only read."""
+    st = path.stat()
+    return _parsed_log(str(path.resolve()), (st.st_mtime_ns, st.st_size), field, extra)
+
+
 class _RecordedOracle(AcceptanceOracle):
     """Shared layout: one integer sequence per request, flattened for one vectorised gather per step."""
 
@@ -82,16 +96,25 @@ class _RecordedOracle(AcceptanceOracle):
     def __init__(self, log: str | os.PathLike, requests: Sequence[Request]) -> None:
         super().__init__([r.prompt_len for r in requests], [r.output_len for r in requests])
         self.path = resolve_log(log)
-        records = _read_log(self.path, self.field, self._extra_fields)
-        seqs = []
-        for req in requests:
+        records = parsed_log(self.path, self.field, self._extra_fields)
+        # one sequence per distinct request: copies sampled with replacement share their original's
+        # record and token arrays, so they share its checked sequence too
+        seqs: list[np.ndarray] = []
+        index: dict[tuple[str, int, int], int] = {}
+        seq_of = np.empty(len(requests), dtype=np.int64)
+        for i, req in enumerate(requests):
             sid = source_id(req)
-            if sid not in records:
-                raise TraceError(f"{self.path}: no record for request id '{sid}' (the log covers {len(records)} ids)")
-            where, rec = records[sid]
-            seqs.append(self._sequence(req, rec, where))
-        self._sizes = np.array([len(s) for s in seqs], dtype=np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
+            key = (sid, id(req.prompt_ids), id(req.output_ids))
+            if key not in index:
+                if sid not in records:
+                    raise TraceError(f"{self.path}: no record for request id '{sid}' (the log covers {len(records)} ids)")
+                where, rec = records[sid]
+                index[key] = len(seqs)
+                seqs.append(self._sequence(req, rec, where))
+            seq_of[i] = index[key]
+        sizes = np.array([len(s) for s in seqs], dtype=np.int64)
+        self._sizes = sizes[seq_of]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[seq_of]
         self._values = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
 
     def _sequence(self, req: Request, rec: dict, where: Where) -> np.ndarray:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specplan.cost_models.base import CostModel
 from specplan.cost_models.draft import DraftCost
@@ -27,12 +28,12 @@ from specplan.cost_models.hardware import get_gpu
 from specplan.cost_models.linear import LinearCoefficients, LinearCostModel, fit_linear_csv
 from specplan.cost_models.models import get_model
 from specplan.config import CostConfig
-from specplan.cost_models.profile import (
-    PROFILE_FORMAT, ProfileCostModel, ProfileFile, Provenance, parse_profile, read_profile,
-)
 from specplan.cost_models.roofline import RooflineCostModel
 from specplan.cost_models.simple import LinearGammaCostModel, TableCostModel
 from specplan.errors import ConfigError
+
+if TYPE_CHECKING:  # measured profiles (pydantic schemas) load only when a profile is asked for
+    from specplan.cost_models.profile import ProfileFile
 
 DEFAULT_SM_COUNT = 132  # H100/H200, for SA drafting when a measured profile names no catalogued GPU
 _NAME = re.compile(r"^(?P<gpu>[\w.-]+)/(?P<model>[\w.-]+)(?:/tp(?P<tp>\d+))?$")
@@ -55,6 +56,8 @@ def bundled_profile_names() -> list[str]:
 
 def load_profile(name_or_path: str) -> tuple[ProfileFile, str]:
     """``(profile, source)`` for a path or bundled name (see the module docstring)."""
+    from specplan.cost_models.profile import PROFILE_FORMAT, ProfileFile, Provenance, parse_profile, read_profile
+
     path = Path(name_or_path)
     if path.is_file():
         return read_profile(path), str(path)
@@ -87,6 +90,8 @@ def _draft_for(profile: ProfileFile, options: CostConfig, sm_count: int) -> Draf
 
 def cost_model_from_profile(name_or_path: str, options: CostConfig = CostConfig()) -> CostModel:
     """A cost model for a profile: roofline for analytic ones, ``ProfileCostModel`` for measured ones."""
+    from specplan.cost_models.profile import ProfileCostModel
+
     profile, source = load_profile(name_or_path)
     if profile.provenance.kind == "analytic":
         gpu = get_gpu(profile.gpu)

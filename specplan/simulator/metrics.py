@@ -8,18 +8,23 @@ Definitions (as vLLM's metrics and seed 002 use them):
   where a draft is one request-step that proposed at least one token; per-position acceptance
   = drafts that accepted at least i tokens / drafts.
 - throughput = output tokens / makespan (first arrival to last finish).
+
+The summary is computed from numpy columns (the trace's own arrays), so a run that never asks for
+its tables never imports pandas; the tables are DataFrames of the same columns.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
-from specplan.simulator.emissions import Trace
-from specplan.simulator.emissions import ITERATION_FIELDS
+from specplan.simulator.emissions import ITERATION_FIELDS, Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PERCENTILES = (50, 90, 99)
 
@@ -41,15 +46,12 @@ def plain(value: Any) -> Any:
     return value
 
 
-def request_table(trace: Trace, requests: Optional[list] = None) -> pd.DataFrame:
-    """One row per request: id, category and turn (when ``requests`` are given), lengths, times and
-    latency metrics (NaN where it never completed)."""
+def request_columns(trace: Trace) -> dict[str, np.ndarray]:
+    """The numeric per-request columns (lengths, times, latency metrics; NaN where a request never
+    completed), in table order."""
     out_len = trace.olen
     tpot = np.where(out_len > 1, (trace.finish - trace.first_token) / np.maximum(out_len - 1, 1), np.nan)
-    return pd.DataFrame({
-        "request_id": [r.id for r in requests] if requests else np.arange(trace.n).astype(str),
-        "category": [r.category for r in requests] if requests else None,
-        "turn": [r.turn for r in requests] if requests else 0,
+    return {
         "prompt_len": trace.plen,
         "output_len": out_len,
         "arrival_s": trace.arrival,
@@ -59,16 +61,33 @@ def request_table(trace: Trace, requests: Optional[list] = None) -> pd.DataFrame
         "tpot_s": tpot,
         "e2e_s": trace.finish - trace.arrival,
         "generated": trace.generated,
+    }
+
+
+def request_table(trace: Trace, requests: Optional[list] = None, columns: Optional[dict] = None) -> "pd.DataFrame":
+    """One row per request: id, category and turn (when ``requests`` are given), then
+    :func:`request_columns` (``columns`` when already computed)."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "request_id": [r.id for r in requests] if requests else np.arange(trace.n).astype(str),
+        "category": [r.category for r in requests] if requests else None,
+        "turn": [r.turn for r in requests] if requests else 0,
+        **(columns if columns is not None else request_columns(trace)),
     })
 
 
-def iteration_table(trace: Trace) -> pd.DataFrame:
+def iteration_table(trace: Trace) -> "pd.DataFrame":
     """One row per executor iteration."""
+    import pandas as pd
+
     return pd.DataFrame({name: trace.iterations.column(name) for name in ITERATION_FIELDS})
 
 
-def batch_table(trace: Trace) -> pd.DataFrame:
+def batch_table(trace: Trace) -> "pd.DataFrame":
     """One row per scheduled sequence per iteration (recorded runs only)."""
+    import pandas as pd
+
     b = trace.batches
     if not b:
         return pd.DataFrame({"iteration": [], "request": [], "query_tokens": [], "context_tokens": [], "is_prefill": []})
@@ -81,53 +100,94 @@ def batch_table(trace: Trace) -> pd.DataFrame:
     })
 
 
-def emission_table(trace: Trace) -> pd.DataFrame:
-    """One row per emitted chunk: request index, time, tokens."""
+def emission_columns(trace: Trace) -> dict[str, np.ndarray]:
+    """The emission log's columns: request index, time, tokens."""
     rids, times, toks = trace.emissions.columns()
-    return pd.DataFrame({"request": rids, "time_s": times, "tokens": toks}, copy=False)
+    return {"request": rids, "time_s": times, "tokens": toks}
 
 
-def inter_token_latencies(emissions: pd.DataFrame) -> np.ndarray:
-    """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL).
+def emission_table(trace: Trace) -> "pd.DataFrame":
+    """One row per emitted chunk: request index, time, tokens."""
+    import pandas as pd
 
-    A grouped difference in row order (pandas groups by counting, linear time), not a sort of the
-    whole table: the executor's emissions are already in time order. Rows that are not are put in
-    time order first.
+    return pd.DataFrame(emission_columns(trace), copy=False)
+
+
+def inter_token_latencies(emissions: Mapping) -> np.ndarray:
+    """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL), in
+    the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
+    DataFrame or a dict of arrays).
+
+    Rows are grouped by a stable sort on the request (a linear radix sort while indices fit 16
+    bits), so each request's chunks keep their row order; the executor's rows are already in time
+    order, and rows that are not are put in time order first.
     """
-    if emissions.empty:
+    times = np.asarray(emissions["time_s"], dtype=float)
+    rids = np.asarray(emissions["request"])
+    if times.size == 0:
         return np.array([])
-    em = emissions if emissions["time_s"].is_monotonic_increasing else emissions.sort_values("time_s", kind="stable")
-    gaps = em.groupby("request", sort=False)["time_s"].diff().to_numpy()
+    if not (times[1:] >= times[:-1]).all():
+        by_time = np.argsort(times, kind="stable")
+        times, rids = times[by_time], rids[by_time]
+    key = rids.astype(np.uint16) if 0 <= rids.min() and rids.max() < 1 << 16 else rids
+    order = np.argsort(key, kind="stable")
+    at = key[order]
+    gaps = times[order]  # grouped by request; then the same buffer, back in row order, holds the gaps
+    diff = gaps[1:] - gaps[:-1]
+    diff[at[1:] != at[:-1]] = np.nan  # a request's first chunk: no gap
+    gaps[order[0]] = np.nan
+    gaps[order[1:]] = diff
     return gaps[~np.isnan(gaps)]
+
+
+def _iteration_column(iterations, name: str) -> np.ndarray:
+    """One column of the iteration record: ``iterations`` is a run's ``Trace`` or a table of
+    iterations (a DataFrame, e.g. a fleet's replicas concatenated)."""
+    if isinstance(iterations, Trace):
+        return iterations.iterations.column(name)
+    return np.asarray(iterations[name])
 
 
 def _pcts(values: np.ndarray) -> dict:
     v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
+    missing = np.isnan(v)
+    if missing.any():
+        v = v[~missing]
     if v.size == 0:
         return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
-    out = {f"p{p}": float(np.percentile(v, p)) for p in PERCENTILES}
+    # one partition for all three order statistics; each value is the one a call per percentile gives
+    out = {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES))}
     out["mean"] = float(v.mean())
     return out
 
 
-def summarize(trace: Trace, requests: pd.DataFrame, iterations: pd.DataFrame, emissions: pd.DataFrame,
+def summarize(trace: Trace, requests: Mapping, iterations, emissions: Mapping,
               slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
-    """The run's headline figures as a flat JSON-able dict."""
-    done = requests["finish_s"].notna().to_numpy()
-    out_tokens = int(requests.loc[done, "output_len"].sum())
-    start = float(np.nanmin(requests["arrival_s"])) if requests["arrival_s"].notna().any() else 0.0
-    end = float(np.nanmax(requests["finish_s"])) if done.any() else start
+    """The run's headline figures as a flat JSON-able dict.
+
+    ``requests`` holds the :func:`request_columns` and ``emissions`` the ``request`` and ``time_s``
+    columns (dicts of arrays or DataFrames); ``iterations`` is the trace or an iteration table
+    (see :func:`_iteration_column`).
+    """
+    output_len = np.asarray(requests["output_len"])
+    arrival, finish = np.asarray(requests["arrival_s"]), np.asarray(requests["finish_s"])
+    ttft, tpot = np.asarray(requests["ttft_s"]), np.asarray(requests["tpot_s"])
+    done = ~np.isnan(finish)
+    out_tokens = int(output_len[done].sum())
+    start = float(np.nanmin(arrival)) if (~np.isnan(arrival)).any() else 0.0
+    end = float(np.nanmax(finish)) if done.any() else start
     span = max(end - start, 1e-12)
     hist = trace.accepted_hist
     drafts = int(hist.sum())
-    drafted = int(iterations["drafted"].sum()) if len(iterations) else 0
-    accepted = int(iterations["accepted"].sum()) if len(iterations) else 0
+    batch_rows = _iteration_column(iterations, "batch_rows")
+    ran = len(batch_rows)
+    drafted = int(_iteration_column(iterations, "drafted").sum()) if ran else 0
+    accepted = int(_iteration_column(iterations, "accepted").sum()) if ran else 0
     meets = done.copy()
     if slo_ttft_s is not None:
-        meets &= (requests["ttft_s"] <= slo_ttft_s).to_numpy()
+        meets &= ttft <= slo_ttft_s
     if slo_tpot_s is not None:
-        meets &= (requests["tpot_s"].fillna(0.0) <= slo_tpot_s).to_numpy()
+        meets &= np.where(np.isnan(tpot), 0.0, tpot) <= slo_tpot_s
     survival = hist[::-1].cumsum()[::-1][1:]  # drafts that accepted >= i, i = 1..K
     return {
         "completed_requests": int(done.sum()),
@@ -135,7 +195,7 @@ def summarize(trace: Trace, requests: pd.DataFrame, iterations: pd.DataFrame, em
         "makespan_s": span,
         "throughput_tok_s": out_tokens / span,
         "request_throughput_req_s": int(done.sum()) / span,
-        "goodput_tok_s": float(requests.loc[meets, "output_len"].sum()) / span,
+        "goodput_tok_s": float(output_len[meets].sum()) / span,
         "goodput_req_s": int(meets.sum()) / span,
         "mean_acceptance_length": (1.0 + accepted / drafts) if drafts else None,
         "acceptance_rate": (accepted / drafted) if drafted else None,
@@ -143,14 +203,14 @@ def summarize(trace: Trace, requests: pd.DataFrame, iterations: pd.DataFrame, em
         "accepted_histogram": np.trim_zeros(hist, "b").tolist(),  # [i] = drafts that accepted i tokens
         "drafted_tokens": drafted,
         "accepted_tokens": accepted,
-        "iterations": int(len(iterations)),
-        "spec_iterations": int(iterations["spec_on"].sum()) if len(iterations) else 0,
+        "iterations": ran,
+        "spec_iterations": int(_iteration_column(iterations, "spec_on").sum()) if ran else 0,
         "gate_tripped_iteration": trace.gate_tripped_iteration,
         "gate_tripped_s": trace.gate_tripped_time,
         "preemptions": trace.preemptions,
-        "mean_batch_rows": float(iterations["batch_rows"].mean()) if len(iterations) else 0.0,
-        "ttft_s": _pcts(requests["ttft_s"].to_numpy()),
-        "tpot_s": _pcts(requests["tpot_s"].to_numpy()),
+        "mean_batch_rows": float(batch_rows.mean()) if ran else 0.0,
+        "ttft_s": _pcts(ttft),
+        "tpot_s": _pcts(tpot),
         "itl_s": _pcts(inter_token_latencies(emissions)),
-        "e2e_s": _pcts(requests["e2e_s"].to_numpy()),
+        "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
     }

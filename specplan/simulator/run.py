@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import pandas as pd
 
 from specplan.atomic import atomic_write
 from specplan.config import SimConfig
@@ -33,17 +31,49 @@ DEFAULT_VERIFY_WIDTH = {"NGram": "static", "SA": "runtime", "vllm_ngram": "draft
 PIECEWISE_GRAPH_SLOWDOWN = 0.14
 
 
-@dataclass
-class SimResult:
-    """Everything one run produced."""
+class _Table:
+    """A ``SimResult`` table: given ready-made (a DataFrame) or as a zero-argument builder, which
+    runs on first access and is replaced by the table it returns."""
 
-    config: SimConfig
-    summary: dict
-    requests: pd.DataFrame
-    iterations: pd.DataFrame
-    emissions: pd.DataFrame
-    description: dict = field(default_factory=dict)
-    batches: Optional[pd.DataFrame] = None
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        value = getattr(obj, self.slot)
+        if callable(value):
+            value = value()
+            setattr(obj, self.slot, value)
+        return value
+
+    def __set__(self, obj, value) -> None:
+        setattr(obj, self.slot, value)
+
+
+class SimResult:
+    """Everything one run produced: the config, the summary, the description, and the tables
+    (``requests``, ``iterations``, ``emissions``, and ``batches`` when recorded), pandas DataFrames
+    built on first access so a run read only for its summary never pays for them."""
+
+    requests = _Table()
+    iterations = _Table()
+    emissions = _Table()
+    batches = _Table()
+
+    def __init__(self, config: SimConfig, summary: dict, requests, iterations, emissions,
+                 description: Optional[dict] = None, batches=None) -> None:
+        self.config, self.summary = config, summary
+        self.requests, self.iterations, self.emissions = requests, iterations, emissions
+        self.description = {} if description is None else description
+        self.batches = batches
+
+    def __getstate__(self) -> dict:
+        """Pickled (sent to another process) with every table built: builders close over the trace."""
+        state = dict(self.__dict__)
+        for name in ("requests", "iterations", "emissions", "batches"):
+            state["_" + name] = getattr(self, name)
+        return state
 
     def save(self, out_dir: str | os.PathLike, formats: tuple[str, ...] = ("parquet", "csv")) -> Path:
         """Write tables and the summary; each file goes to a temporary name, then is renamed."""
@@ -184,13 +214,11 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     if observe is not None:  # e.g. a progress bar reading the executor's counters from another thread
         observe(ex)
     trace = ex.run()
-    req = metrics.request_table(trace, requests)
-    if cfg.max_sim_time_s is not None and not req["finish_s"].notna().any():
+    req = metrics.request_columns(trace)
+    if cfg.max_sim_time_s is not None and np.isnan(req["finish_s"]).all():
         raise ConfigError(f"max_sim_time_s: {cfg.max_sim_time_s:g} s of simulated time ended the run before any "
                           "request completed; raise it or remove it")
-    its = metrics.iteration_table(trace)
-    em = metrics.emission_table(trace)
-    summary = metrics.summarize(trace, req, its, em, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    summary = metrics.summarize(trace, req, trace, metrics.emission_columns(trace), cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     if prefix_cache is not None:
         summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens
@@ -198,8 +226,10 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
-    return SimResult(cfg, summary, req, its, em, {"cost": cost.describe(), "speculation": spec},
-                     metrics.batch_table(trace) if record_batches else None)
+    return SimResult(cfg, summary, lambda: metrics.request_table(trace, requests, req),
+                     lambda: metrics.iteration_table(trace), lambda: metrics.emission_table(trace),
+                     {"cost": cost.describe(), "speculation": spec},
+                     (lambda: metrics.batch_table(trace)) if record_batches else None)
 
 
 def baseline_config(cfg: SimConfig) -> SimConfig:

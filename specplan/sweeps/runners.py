@@ -3,8 +3,10 @@
 Both backends call the same task, :func:`run_record`, on the same inputs, so a config gives the same
 record whichever runs it. What runs share is built once and handed over rather than rebuilt per
 task (``SHARED``): the cost model (keyed by the cost section; it may read a profile), the
-workload's requests (keyed by the workload section and seed; a trace is read and tokenised once)
-and the exact drafter's precomputed tables (keyed by requests and drafter settings).
+workload's requests (keyed by the workload section and seed; the trace under them is read and
+tokenised once per trace, whatever rate, sample size or seed a point takes) and the exact drafter's
+precomputed tables (keyed by requests and drafter settings). A recorded acceptance log is parsed once
+per process too (``acceptance.recorded.parsed_log``).
 The local pool memoises them per worker process; the Ray runner builds each distinct one once on
 the driver, puts it in the object store and passes the reference to every task that needs it.
 
@@ -67,7 +69,25 @@ def _build_requests(key: str) -> list:
     from specplan.workloads.traffic import build_requests
 
     spec = json.loads(key)
-    return build_requests(WorkloadConfig.model_validate(spec["workload"]), spec["seed"])
+    workload = WorkloadConfig.model_validate(spec["workload"])
+    return build_requests(workload, spec["seed"], trace=_load_trace(_trace_key(workload)))
+
+
+def _trace_key(workload: WorkloadConfig) -> str:
+    """What a trace's parsed requests depend on ("" for synthetic traffic, generated per seed):
+    configs differing in rate, sample size or seed share one parse."""
+    from specplan.workloads.synthetic import is_synthetic
+
+    fields = ("trace", "format", "tokenizer", "categories")
+    return "" if is_synthetic(workload.trace) else _canonical({f: getattr(workload, f) for f in fields})
+
+
+@lru_cache(maxsize=4)
+def _load_trace(key: str) -> Optional[list]:
+    """The trace's requests before sampling, read once per process and key."""
+    from specplan.workloads.traffic import trace_requests
+
+    return trace_requests(WorkloadConfig.model_validate(json.loads(key))) if key else None
 
 
 def _drafter_key(cfg: SimConfig) -> str:

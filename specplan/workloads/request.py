@@ -40,6 +40,17 @@ class Request:
         object.__setattr__(self, "prompt_ids", _as_tokens(self.prompt_ids))
         object.__setattr__(self, "output_ids", _as_tokens(self.output_ids))
 
+    def replaced(self, **changes) -> "Request":
+        """A copy with ``changes`` to fields other than the token arrays, which it shares (they are
+        read-only and already validated): ``dataclasses.replace`` without re-running
+        ``__post_init__``, which a workload of many requests would pay once per copy."""
+        if "prompt_ids" in changes or "output_ids" in changes:
+            raise ValueError("Request.replaced: token arrays are shared; build a new Request to change them")
+        new = object.__new__(Request)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
     @property
     def prompt_len(self) -> int:
         return int(self.prompt_ids.shape[0])

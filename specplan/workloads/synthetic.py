@@ -99,11 +99,19 @@ def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel
     """``n`` requests ``synthetic-{i}`` (category ``synthetic``), each prompt + output one realisation."""
     rng = np.random.default_rng(seed)
     plens, olens = prompt_lengths.sample(n, rng), output_lengths.sample(n, rng)
-    requests = []
-    for i, (p, o) in enumerate(zip(plens, olens)):
-        tokens = process.generate(int(p + o), rng)
-        requests.append(Request(id=f"synthetic-{i}", prompt_ids=tokens[:p], output_ids=tokens[p:], category="synthetic"))
-    return requests
+    lengths = plens + olens
+    if process.copy_prob == 0.0:
+        # Only fresh tokens: successive draws from one generator continue one stream (PCG64 keeps
+        # the spare half of a 64-bit word between calls, and int32 and int64 draws below 2**32 take
+        # the same 32-bit words), so one draw for all requests gives each request the tokens
+        # ``generate`` would, without a numpy call per request.
+        block = rng.integers(0, process.vocab_size, size=int(lengths.sum()), dtype=np.int32)
+        ends = np.cumsum(lengths)
+        token_lists = (block[e - m : e] for e, m in zip(ends.tolist(), lengths.tolist()))
+    else:
+        token_lists = (process.generate(m, rng) for m in lengths.tolist())
+    return [Request(id=f"synthetic-{i}", prompt_ids=tokens[:p], output_ids=tokens[p:], category="synthetic")
+            for i, (p, tokens) in enumerate(zip(plens.tolist(), token_lists))]
 
 
 @dataclass(frozen=True)

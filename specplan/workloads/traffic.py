@@ -21,7 +21,7 @@ all spawned from ``seed``: changing the rate leaves the sampled requests unchang
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def session_units(requests: Sequence[Request]) -> list[list[Request]]:
         else:
             by_session[req.session] = [req]
             units.append(by_session[req.session])
-    for unit in units:
+    for unit in by_session.values():
         unit.sort(key=lambda r: r.turn)
         turns = [r.turn for r in unit]
         if len(set(turns)) != len(turns):
@@ -59,37 +59,37 @@ def source_id(req: Request) -> str:
     return req.meta.get("source_id", req.id)
 
 
-def _sample(units: list[list[Request]], n: int, replace_: bool, rng: np.random.Generator, trace: str) -> list[Request]:
+def _sample(units: list[list[Request]], n: int, replace_: bool, rng: np.random.Generator, trace: str) -> list[tuple[Request, int]]:
+    """``n`` requests in order, whole units at a time, each with its copy number: 0 the first time
+    its unit is drawn, k for the (k+1)-th draw of a unit sampled with replacement."""
     total = sum(len(u) for u in units)
     if not replace_:
         if n > total:
             raise ConfigError(f"workload.num_requests: {n} exceeds the {total} requests of trace {trace!r}; lower it or set sample_with_replacement: true")
         order = rng.permutation(len(units))
-        flat = [r for i in order for r in units[i]]
-        return [replace(r, meta={**r.meta, "source_id": source_id(r)}) for r in flat[:n]]
-    out: list[Request] = []
+        return [(r, 0) for i in order for r in units[i]][:n]
+    out: list[tuple[Request, int]] = []
     copies = np.zeros(len(units), dtype=np.int64)
     while len(out) < n:
         i = int(rng.integers(0, len(units)))
-        k = copies[i]
+        k = int(copies[i])
         copies[i] += 1
-        for r in units[i]:
-            out.append(replace(
-                r,
-                id=r.id if k == 0 else f"{r.id}#{k}",
-                session=None if r.session is None else (r.session if k == 0 else f"{r.session}#{k}"),
-                meta={**r.meta, "source_id": source_id(r)},
-            ))
+        out.extend((r, k) for r in units[i])
     return out[:n]
 
 
-def _link_sessions(requests: list[Request]) -> list[str | None]:
+def _copy_name(name: str | None, k: int) -> str | None:
+    """A sampled copy's id or session: the original for the first copy, ``"{name}#{k}"`` after."""
+    return name if name is None or k == 0 else f"{name}#{k}"
+
+
+def _link_sessions(ids: list[str], sessions: list[str | None]) -> list[str | None]:
     last: dict[str, str] = {}
     preds: list[str | None] = []
-    for r in requests:
-        preds.append(last.get(r.session) if r.session is not None else None)
-        if r.session is not None:
-            last[r.session] = r.id
+    for rid, session in zip(ids, sessions):
+        preds.append(last.get(session) if session is not None else None)
+        if session is not None:
+            last[session] = rid
     return preds
 
 
@@ -99,14 +99,9 @@ def predecessor_indices(requests: Sequence[Request]) -> np.ndarray:
     return np.array([index[r.meta["predecessor"]] if r.meta.get("predecessor") else -1 for r in requests], dtype=np.int64)
 
 
-def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[Request]:
-    if is_synthetic(cfg.trace):
-        spec = SyntheticSpec.parse(cfg.trace)
-        if spec.lengths is not None:
-            plen, olen = fit_lengths(load_workload(spec.lengths))
-        else:
-            plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
-        return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
+def trace_requests(cfg: WorkloadConfig) -> list[Request]:
+    """The requests of ``workload.trace`` (a bundled name or a file, read and tokenised), kept to
+    ``workload.categories``, before any sampling: what a sweep's worker loads once per trace."""
     from specplan.workloads.model_folder import workload_options
 
     requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace))
@@ -119,15 +114,29 @@ def _base_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[
     return requests
 
 
-def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant") -> list[Request]:
+def _synthetic_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence) -> list[Request]:
+    spec = SyntheticSpec.parse(cfg.trace)
+    if spec.lengths is not None:
+        plen, olen = fit_lengths(load_workload(spec.lengths))
+    else:
+        plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
+    return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream)
+
+
+def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant",
+                   trace: Optional[list[Request]] = None) -> list[Request]:
     """The requests of one run, with arrivals assigned (see the module docstring for the contract).
 
     Think times have mean ``workload.think_time_s``; ``think_time_dist`` is ``constant`` (what the
-    engine assumes today) or ``exponential``.
+    engine assumes today) or ``exponential``. ``trace`` may hold ``trace_requests(workload_cfg)``
+    already loaded (ignored for synthetic traffic, which is generated from ``seed``).
     """
     cfg = workload_cfg
     s_sample, s_arrival, s_think, s_synth = np.random.SeedSequence(seed).spawn(4)
-    base = _base_requests(cfg, s_synth)
+    if is_synthetic(cfg.trace):
+        base = _synthetic_requests(cfg, s_synth)
+    else:
+        base = trace if trace is not None else trace_requests(cfg)
     if cfg.arrival == "trace":
         if cfg.sample_with_replacement:
             raise ConfigError("workload.sample_with_replacement: arrival 'trace' replays the trace's own timestamps; sampling does not apply")
@@ -139,24 +148,24 @@ def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str
         ordered = sorted(base, key=lambda r: r.arrival_s)[: cfg.num_requests]
         return [replace(r, meta={**r.meta, "source_id": source_id(r)}) for r in ordered]
 
-    chosen = _sample(session_units(base), cfg.num_requests, cfg.sample_with_replacement, np.random.default_rng(s_sample), str(cfg.trace))
-    preds = _link_sessions(chosen)
-    think = think_times(len(chosen), cfg.think_time_s, np.random.default_rng(s_think), think_time_dist)
-    if cfg.arrival == "closed_loop":
-        times = [None] * len(chosen)
-    else:
+    picked = _sample(session_units(base), cfg.num_requests, cfg.sample_with_replacement, np.random.default_rng(s_sample), str(cfg.trace))
+    ids = [_copy_name(r.id, k) for r, k in picked]
+    sessions = [_copy_name(r.session, k) for r, k in picked]
+    preds = _link_sessions(ids, sessions)
+    think = think_times(len(picked), cfg.think_time_s, np.random.default_rng(s_think), think_time_dist)
+    times = [None] * len(picked)
+    if cfg.arrival != "closed_loop":
         heads = [i for i, p in enumerate(preds) if p is None]
         rng = np.random.default_rng(s_arrival)
         draws = poisson_arrivals(len(heads), cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(len(heads), cfg.rate, cfg.cv, rng)
-        times = [None] * len(chosen)
-        for i, t in zip(heads, draws):
-            times[i] = float(t)
+        for i, t in zip(heads, draws.tolist()):
+            times[i] = t
     out = []
-    for req, pred, t, th in zip(chosen, preds, times, think):
-        meta = dict(req.meta)
+    for (req, _), rid, session, pred, t, th in zip(picked, ids, sessions, preds, times, think.tolist()):
+        meta = {**req.meta, "source_id": source_id(req)}
         if pred is not None:
             meta["predecessor"] = pred
         if pred is not None or cfg.arrival == "closed_loop":
-            meta["think_time_s"] = float(th)
-        out.append(replace(req, arrival_s=t, meta=meta))
+            meta["think_time_s"] = th
+        out.append(req.replaced(id=rid, session=session, arrival_s=t, meta=meta))
     return out

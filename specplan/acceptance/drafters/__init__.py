@@ -11,10 +11,22 @@
 replay a trace one request at a time at fixed K (``specplan acceptance``).
 """
 
-from specplan.acceptance.drafters.cache import PrecomputeCache
-from specplan.acceptance.drafters.oracle import build_drafter, make_drafter_oracle
-from specplan.acceptance.drafters.replay import replay_trace, summarize_replay
-from specplan.acceptance.drafters.settings import DrafterSettings
+from __future__ import annotations
 
-__all__ = ["DrafterSettings", "PrecomputeCache", "build_drafter", "make_drafter_oracle", "replay_trace",
-           "summarize_replay"]
+import importlib
+
+# Each public name and the module defining it, imported on first use: the drafters compile with
+# numba and the replay builds pandas tables, and a caller that needs only ``settings`` (config export
+# and import, sweep keys) should pay for neither.
+_EXPORTS = {"DrafterSettings": "settings", "PrecomputeCache": "cache", "build_drafter": "oracle",
+            "make_drafter_oracle": "oracle", "replay_trace": "replay", "summarize_replay": "replay"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,137 @@
+"""The Vidur-shaped scenario as users run it: the whole ``specplan simulate`` process, in CPU seconds.
+
+``benchmarks/scenarios/vidur.yaml`` (Llama-2-7B on an A100, vLLM scheduler, 10,000 requests of
+512 + 256 tokens at 6 req/s, no speculation, roofline costs) runs as a child process,
+``python -m specplan simulate benchmarks/scenarios/vidur.yaml --format json`` (the summary only, no
+tables written), ``--runs`` times after one untimed warm-up that fills the compile caches. The
+child's CPU time (user + sys, from ``getrusage(RUSAGE_CHILDREN)``) covers interpreter start,
+imports, config, workload build, oracle, the loop, metrics and printing. Target (issue 17):
+>= 1,000,000 simulated output tokens per CPU-second.
+
+A breakdown follows, measured inside one more child with ``time.process_time``: imports (the CLI
+and the run module), config (parsing the scenario, the cost model, the scenario's description),
+build (workload and oracle, up to the executor about to run), loop (the executor's run), metrics
+(tables and summary) and output (printing the summary); the rest of that child's CPU time is
+interpreter start and exit (``python -c pass`` alone is printed beside it). One run with an empty
+numba cache (``NUMBA_CACHE_DIR`` pointed at a fresh folder) is reported apart.
+
+    python benchmarks/bench_vidur.py [--runs 3] [--requests 10000] [--no-cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "benchmarks" / "scenarios" / "vidur.yaml"
+
+
+def child_cpu(argv: list[str], env: dict | None = None) -> tuple[float, str]:
+    """CPU seconds (user + sys) one child process used, and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc.stdout
+
+
+def simulate_argv(requests: int) -> list[str]:
+    return ["-m", "specplan", "simulate", str(SCENARIO), "--format", "json",
+            "--set", f"workload.num_requests={requests}"]
+
+
+def breakdown(requests: int) -> dict:
+    """Phase CPU seconds of one in-process ``specplan simulate`` (run in a fresh child by ``--breakdown``).
+
+    The command runs through the console's own entry point; ``simulator.run.simulate`` is wrapped
+    to mark when it starts, when the executor is about to run (its ``observe`` hook), when the loop
+    returns and when the tables and summary are done.
+    """
+    marks = {"start": time.process_time()}
+    import specplan.cli
+    from specplan.simulator import run
+
+    marks["imported"] = time.process_time()
+    simulate = run.simulate
+
+    def marked_simulate(cfg, cost=None, observe=None, **kwargs):
+        marks.setdefault("simulate", time.process_time())
+
+        def timed(ex) -> None:
+            marks["built"] = time.process_time()
+            loop = ex.run
+
+            def timed_loop():
+                trace = loop()
+                marks["looped"] = time.process_time()
+                return trace
+
+            ex.run = timed_loop
+            if observe is not None:
+                observe(ex)
+
+        result = simulate(cfg, cost, observe=timed, **kwargs)
+        marks["summarized"] = time.process_time()
+        return result
+
+    run.simulate = marked_simulate
+    with contextlib.redirect_stdout(io.StringIO()):
+        specplan.cli.main(simulate_argv(requests)[2:])
+    marks["done"] = time.process_time()
+    return {"imports": marks["imported"] - marks["start"], "config": marks["simulate"] - marks["imported"],
+            "build": marks["built"] - marks["simulate"], "loop": marks["looped"] - marks["built"],
+            "metrics": marks["summarized"] - marks["looped"], "output": marks["done"] - marks["summarized"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=10000)
+    ap.add_argument("--no-cold", action="store_true", help="skip the empty-numba-cache run")
+    ap.add_argument("--breakdown", action="store_true", help=argparse.SUPPRESS)  # the in-process child
+    args = ap.parse_args()
+    if args.breakdown:
+        sys.path.insert(0, str(ROOT))  # this tree's specplan, as ``python -m`` from ROOT finds it
+        print(json.dumps(breakdown(args.requests)))
+        return
+
+    child_cpu(simulate_argv(args.requests))  # warm-up: compile caches, page cache
+    cpus, summary = [], None
+    for _ in range(args.runs):
+        cpu, out = child_cpu(simulate_argv(args.requests))
+        cpus.append(cpu)
+        summary = json.loads(out)
+    tokens = summary["output_tokens"]
+    makespan = tokens / summary["throughput_tok_s"]
+    best = min(cpus)
+    print(f"scenario: {SCENARIO.relative_to(ROOT)}, {args.requests} requests, {tokens} output tokens, "
+          f"{summary['iterations']} iterations, {makespan:.1f} simulated s")
+    print(f"whole process CPU seconds: {', '.join(f'{c:.3f}' for c in cpus)} (best {best:.3f})")
+    print(f"tokens per CPU-second: {tokens / best:,.0f}  (target >= 1,000,000)")
+    print(f"simulated seconds per CPU-second: {makespan / best:,.1f}x")
+
+    start, _ = child_cpu(["-c", "pass"])
+    whole, out = child_cpu([str(Path(__file__).resolve()), "--breakdown", "--requests", str(args.requests)])
+    parts = json.loads(out)
+    # what the child spent outside the marked phases: interpreter start and exit (freeing the run)
+    rest = whole - sum(parts.values())
+    print(f"breakdown (CPU-s, one run): " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+          + f"; interpreter start and exit {rest:.3f} (an empty interpreter: {start:.3f})")
+
+    if not args.no_cold:
+        with tempfile.TemporaryDirectory() as cache:
+            cpu, _ = child_cpu(simulate_argv(args.requests), env={**os.environ, "NUMBA_CACHE_DIR": cache})
+        print(f"empty numba cache: {cpu:.3f} CPU-s whole process ({tokens / cpu:,.0f} tokens per CPU-second)")
+
+
+if __name__ == "__main__":
+    main()
