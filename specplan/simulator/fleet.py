@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from specplan.config import SimConfig
@@ -119,7 +118,8 @@ class Fleet:
 
 def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, drafter_cache=None):
     """Run a fleet scenario; returns a ``SimResult`` whose tables carry a ``replica`` column and whose
-    description's ``cluster`` entry holds each replica's summary."""
+    description's ``cluster`` entry holds each replica's summary. The summaries come from numpy
+    columns; the tables are built on first access, as a single run's are."""
     from specplan.simulator.run import SimResult, build_workload, resolve
 
     cfg = resolve(cfg)
@@ -127,11 +127,12 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     fleet = Fleet(cfg, workload, requests, cost, drafter_cache)
     fleet.run()
     view = fleet.merged()
-    req = metrics.request_table(view, requests)
-    its = [metrics.iteration_table(ex.trace) for ex in fleet.replicas]
-    ems = [metrics.emission_table(ex.trace) for ex in fleet.replicas]
-    iterations = pd.concat([t.assign(replica=i) for i, t in enumerate(its)], ignore_index=True)
-    emissions = pd.concat(ems, ignore_index=True)
+    req = metrics.request_columns(view)
+    traces = [ex.trace for ex in fleet.replicas]
+    ems = [metrics.emission_columns(t) for t in traces]
+    emissions = {k: np.concatenate([e[k] for e in ems]) for k in ("request", "time_s", "tokens")}
+    iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
+                  for k in ("batch_rows", "drafted", "accepted", "spec_on")}
     # The same summary keys, in the same order, as a single run (``run.simulate``).
     summary = metrics.summarize(view, req, iterations, emissions, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
@@ -142,17 +143,34 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None
     summary.update({f"drafter_{k}": v for k, v in _drafter_metrics(fleet).items()})
     per_replica = []
-    for i, (ex, rcfg) in enumerate(zip(fleet.replicas, replica_configs(cfg))):
-        mine = req[fleet.assigned == i]
-        per_replica.append(metrics.summarize(ex.trace, mine, its[i], ems[i], cfg.slo_ttft_s, cfg.slo_tpot_s)
-                           | {"requests": int(len(mine)), "tp": rcfg.cost.tp})
-    req.insert(0, "replica", fleet.assigned)
-    iterations.insert(0, "replica", iterations.pop("replica"))
+    for i, (t, rcfg) in enumerate(zip(traces, replica_configs(cfg))):
+        mine = fleet.assigned == i
+        per_replica.append(metrics.summarize(t, {k: v[mine] for k, v in req.items()}, t, ems[i], cfg.slo_ttft_s,
+                                             cfg.slo_tpot_s) | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
     description = {"cost": fleet.replicas[0].cost.describe(),
                    "speculation": cfg.speculation.model_dump(exclude_defaults=True),
                    "cluster": {"replicas": cfg.cluster.replicas, "router": cfg.cluster.router, "gpus": gpus(cfg),
                                "per_replica": per_replica}}
-    return SimResult(cfg, summary, req, iterations, emissions, description)
+
+    def request_table():
+        table = metrics.request_table(view, requests, req)
+        table.insert(0, "replica", fleet.assigned)
+        return table
+
+    def iteration_table():
+        import pandas as pd
+
+        tables = [metrics.iteration_table(t) for t in traces]
+        table = pd.concat([t.assign(replica=i) for i, t in enumerate(tables)], ignore_index=True)
+        table.insert(0, "replica", table.pop("replica"))
+        return table
+
+    def emission_table():
+        import pandas as pd
+
+        return pd.DataFrame(emissions, copy=False)
+
+    return SimResult(cfg, summary, request_table, iteration_table, emission_table, description)
 
 
 def _drafter_metrics(fleet: Fleet) -> dict:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+from numba import njit
 
 from specplan.simulator.emissions import ITERATION_FIELDS, Trace
 
@@ -116,28 +117,39 @@ def emission_table(trace: Trace) -> "pd.DataFrame":
 def inter_token_latencies(emissions: Mapping) -> np.ndarray:
     """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL), in
     the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
-    DataFrame or a dict of arrays).
-
-    Rows are grouped by a stable sort on the request (a linear radix sort while indices fit 16
-    bits), so each request's chunks keep their row order; the executor's rows are already in time
-    order, and rows that are not are put in time order first.
-    """
-    times = np.asarray(emissions["time_s"], dtype=float)
-    rids = np.asarray(emissions["request"])
+    DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
+    not (a fleet's replicas concatenated) are put in time order first."""
+    times = np.ascontiguousarray(emissions["time_s"], dtype=float)
+    rids = np.ascontiguousarray(emissions["request"])
     if times.size == 0:
         return np.array([])
-    if not (times[1:] >= times[:-1]).all():
+    if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
-    key = rids.astype(np.uint16) if 0 <= rids.min() and rids.max() < 1 << 16 else rids
-    order = np.argsort(key, kind="stable")
-    at = key[order]
-    gaps = times[order]  # grouped by request; then the same buffer, back in row order, holds the gaps
-    diff = gaps[1:] - gaps[:-1]
-    diff[at[1:] != at[:-1]] = np.nan  # a request's first chunk: no gap
-    gaps[order[0]] = np.nan
-    gaps[order[1:]] = diff
-    return gaps[~np.isnan(gaps)]
+    return _row_order_gaps(rids, times, int(rids.max()) + 1)
+
+
+@njit(cache=True)
+def _in_order(times):
+    for i in range(1, len(times)):
+        if times[i] < times[i - 1]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _row_order_gaps(rids, times, num_requests):
+    # One pass, each request's previous chunk time remembered: linear, where grouping needs a sort.
+    last = np.full(num_requests, np.nan)
+    gaps = np.empty(len(times))
+    k = 0
+    for i in range(len(times)):
+        r = rids[i]
+        if not np.isnan(last[r]):
+            gaps[k] = times[i] - last[r]
+            k += 1
+        last[r] = times[i]
+    return gaps[:k]
 
 
 def _iteration_column(iterations, name: str) -> np.ndarray:
