@@ -16,15 +16,16 @@ from specplan.simulator.scheduler import ScheduleDecision
 from specplan.simulator.state import RequestState
 
 
-def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: ScheduleDecision, k: int, k_static: int,
-                         verify_width: str, proposed_before: bool):
+def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: ScheduleDecision, gid: np.ndarray, k: int,
+                         k_static: int, verify_width: str, proposed_before: bool):
     """Drafts of this step's rows and their verified widths.
 
     Generation rows draft (with ``proposed_before``, vLLM: those holding a proposed draft); a drafter
     that drafts at prefill (HF prompt lookup) also drafts on the chunk that completes a prompt.
     Verified width per drafting row: ``static`` K_static (CUDA-graph padding), ``runtime`` K, or
-    ``draft`` the drafted length. Returns the drafting mask, drafted and accepted per drafting row,
-    and the query tokens per row.
+    ``draft`` the drafted length. Rows are slots of ``st``; the oracle knows requests by id
+    (``gid[slot]``). Returns the drafting mask, drafted and accepted per drafting row, and the query
+    tokens per row.
     """
     rows, ctx = d.rows, d.is_prefill
     q = d.query_tokens.copy()
@@ -34,13 +35,13 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
     if not proposed_before:
         drafting, drows = now, rows[now]
         if len(drows):
-            drafted, accepted = oracle.draft(drows, st.generated[drows], k)
+            drafted, accepted = oracle.draft(gid[drows], st.generated[drows], k)
         else:
             drafted = accepted = np.zeros(0, dtype=np.int64)
     else:
         drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
         if now.any():
-            drafted[now], accepted[now] = oracle.draft(rows[now], st.generated[rows[now]], k)
+            drafted[now], accepted[now] = oracle.draft(gid[rows[now]], st.generated[rows[now]], k)
         drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
         held = drafting & ~now
         drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
@@ -50,7 +51,7 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
     return drafting, drafted, accepted, q
 
 
-def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, k: int,
+def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, gid: np.ndarray, k: int,
                             max_model_len: Optional[int], ngram: bool, max_seq_len: int = 0,
                             num_spec_tokens: int = 0) -> None:
     """vLLM, after a step: the drafts of the rows that ran, verified when each is next scheduled.
@@ -75,7 +76,7 @@ def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np
         drafted = np.full(len(prop), num_spec_tokens, dtype=np.int64)
         accepted = np.zeros(len(prop), dtype=np.int64)
     else:
-        drafted, accepted = oracle.draft(prop, st.generated[prop], k)
+        drafted, accepted = oracle.draft(gid[prop], st.generated[prop], k)
     if max_model_len is not None:
         drafted = np.clip(np.minimum(drafted, max_model_len - 1 - tokens), 0, None)
         accepted = np.minimum(accepted, drafted)

@@ -60,9 +60,12 @@ class Executor:
 
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
                  cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False,
-                 prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None) -> None:
+                 prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None,
+                 compact_slots: bool = False) -> None:
         # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
         # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
+        # With ``compact_slots`` a request gets the next free slot when it arrives (a fleet's replica
+        # holds its own requests only, so a step's rows lie close in memory); otherwise slot = id.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -71,9 +74,15 @@ class Executor:
         self.max_sim_time = max_sim_time
         self.record_batches = record_batches  # keep every step's composition (fidelity replay)
         self.prefix_cache = prefix_cache  # vLLM automatic prefix caching (specplan.simulator.prefix_cache)
-        self.st = RequestState(workload.prompt_lens, workload.output_lens)
-        self.n = self.st.n
-        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.n, self.st.counters)
+        self.n = len(workload.prompt_lens)
+        if compact_slots:
+            self.st = RequestState(workload.prompt_lens[:0], workload.output_lens[:0], capacity=64)
+            self.gid = np.zeros(self.st.capacity, dtype=np.int64)  # slot -> request id
+        else:
+            self.st = RequestState(workload.prompt_lens, workload.output_lens)
+            self.gid = np.arange(self.st.capacity, dtype=np.int64)
+        self.compact_slots = compact_slots
+        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st.capacity, self.st.counters)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None
         if settings.gate_window and settings.gate_threshold is not None:
@@ -107,7 +116,7 @@ class Executor:
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
-        check_fits(settings, self.st, self.kv, self.k_static)
+        check_fits(settings, workload.prompt_lens, workload.output_lens, self.kv, self.k_static)
 
     @property
     def done(self) -> int:
@@ -121,6 +130,14 @@ class Executor:
     # ----------------------------------------------------------------- requests in and out
     def submit(self, rid: int) -> None:
         """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
+        if self.compact_slots:
+            st, room = self.st, self.st.capacity
+            slot = st.add(int(self.w.prompt_lens[rid]), int(self.w.output_lens[rid]))
+            if st.capacity != room:
+                self.kv.grow(st.capacity)
+                self.gid = np.concatenate([self.gid, np.zeros(st.capacity - room, dtype=np.int64)])
+            self.gid[slot] = rid
+            rid = slot
         self.waiting.append(rid)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -131,17 +148,19 @@ class Executor:
             new = self.waiting[:room]
             del self.waiting[:room]
             if self.prefix_cache is not None:
-                self.prefix_cache.admit(np.array(new), self.st)
+                slots = np.array(new)
+                self.prefix_cache.admit(slots, self.gid[slots], self.st)
             self.st.admit(new)
 
-    def _on_finish(self, rids: np.ndarray, iteration: int) -> None:
+    def _on_finish(self, slots: np.ndarray, iteration: int) -> None:
         """What completion tells the gate, the drafter, the prefix cache and the frontend (the
         compiled step has already released the request's KV and removed it from the active set)."""
         st = self.st
         if self.legacy_gate is not None:
-            for rid in rids.tolist():
-                if self.legacy_gate.record(int(st.generated[rid]), int(st.emits[rid])):
+            for slot in slots.tolist():
+                if self.legacy_gate.record(int(st.generated[slot]), int(st.emits[slot])):
                     self._trip(iteration)
+        rids = self.gid[slots]
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
@@ -247,8 +266,8 @@ class Executor:
             log.request, log.time, log.tokens, log.n, its.rows, its.n, rec, self._finished, self._stats))
         emitted = int(self._stats[step.EMITTED])
         if self._hears_commits and emitted:
-            rids = log.request[log.n:log.n + emitted].astype(np.int64)
-            self.oracle.on_commit(rids, st.generated[rids])
+            slots = log.request[log.n:log.n + emitted].astype(np.int64)
+            self.oracle.on_commit(self.gid[slots], st.generated[slots])
         log.n += emitted
         its.n += 1
         return int(self._stats[step.FINISHED])
@@ -259,7 +278,7 @@ class Executor:
         s, st = self.s, self.st
         rows, ctx_rows = self._rows[:n], self._ctx[:n]
         if self.prefix_cache is not None and ctx_rows.any():
-            self.prefix_cache.on_computed(rows[ctx_rows], st)
+            self.prefix_cache.on_computed(rows[ctx_rows], self.gid[rows[ctx_rows]], st)
         self._update_gate(it, spec, k, num_drafting, num_generation)
         if self.rules.k_timing == "next_step" and s.speculate:
             # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
@@ -267,7 +286,7 @@ class Executor:
             self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
             gate = self.gate or self.legacy_gate
             if gate is None or not gate.disabled:
-                propose_draft_token_ids(self.oracle, st, rows, self._k_next, s.max_model_len,
+                propose_draft_token_ids(self.oracle, st, rows, self.gid, self._k_next, s.max_model_len,
                                         s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
         if finished:
             self._on_finish(self._finished[:finished].copy(), it)
@@ -342,7 +361,7 @@ class Executor:
                 self._last_scheduled = n
                 if spec:
                     d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, k, self.k_static,
+                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, self.gid, k, self.k_static,
                                                                           s.verify_width, self.rules.budget == "draft")
                     drafted = drafted.astype(np.int64, copy=False)
                     accepted = accepted.astype(np.int64, copy=False)
@@ -350,10 +369,10 @@ class Executor:
                 if s.piecewise_graph_slowdown > 0:
                     step_s /= 1.0 - s.piecewise_graph_slowdown
                 if self.record_batches:
-                    self.trace.batches.append((rows.copy(), q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+                    self.trace.batches.append((self.gid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
                 if spec and len(drafted):
                     drows = rows[drafting]
-                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(drows, st.generated[drows]))
+                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(self.gid[drows], st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step_s)
             max_seq_len = int(self._terms[step.MAX_SEQ_LEN])
@@ -368,10 +387,20 @@ class Executor:
 
     def collect(self) -> Trace:
         """The recorded trace, once the environment has run, with the per-request arrays filled in."""
-        st, t = self.st, self.trace
+        st, t, n = self.st, self.trace, self.n
         t.preemptions = int(st.counters[PREEMPTIONS])
-        t.n, t.plen, t.olen, t.arrival = st.n, st.plen, st.olen, self.frontend.arrival
-        t.first_token, t.finish, t.generated = st.first_token, st.finish, st.generated
+        t.n, t.arrival = n, self.frontend.arrival
+        t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
+        if not self.compact_slots:
+            t.first_token, t.finish, t.generated = st.first_token[:n], st.finish[:n], st.generated[:n]
+            return t
+        # Slots back to request ids; a request never routed here keeps NaN times and 0 generated.
+        slots, rids = np.arange(st.n), self.gid[:st.n]
+        t.first_token, t.finish, t.generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        t.first_token[rids], t.finish[rids], t.generated[rids] = (st.first_token[slots], st.finish[slots],
+                                                                  st.generated[slots])
+        log = t.emissions
+        log.request[:log.n] = rids[log.request[:log.n]]
         return t
 
     def run(self) -> Trace:

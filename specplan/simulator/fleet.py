@@ -71,7 +71,8 @@ class Fleet:
             shared = oracle if oracle.per_request_state else None
             self.replicas.append(Executor(
                 resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, oracle, costs[rcfg.cost.tp], cfg.max_sim_time_s,
-                prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend))
+                prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend,
+                compact_slots=True))
         self.costs = costs
 
     def load(self) -> Load:

@@ -24,6 +24,12 @@ class KVBlockPool:
         self.held = np.zeros(num_requests, dtype=np.int64)
         self._counters = counters
 
+    def grow(self, capacity: int) -> None:
+        """Room for ``capacity`` requests (their slots grew)."""
+        held = np.zeros(capacity, dtype=np.int64)
+        held[:len(self.held)] = self.held
+        self.held = held
+
     @property
     def used(self) -> int:
         return int(self._counters[KV_USED])

@@ -36,24 +36,25 @@ class PrefixCache:
         self._cached: set[int] = set()
         self.hit_tokens = 0
 
-    def admit(self, rids: np.ndarray, st) -> None:
-        """Requests joining the active set skip their cached prompt prefix."""
-        for rid in rids.tolist():
-            if st.computed[rid] or st.generated[rid]:
+    def admit(self, slots: np.ndarray, rids: np.ndarray, st) -> None:
+        """Requests joining the active set skip their cached prompt prefix (``slots`` index the
+        executor's state ``st``, ``rids`` the requests)."""
+        for slot, rid in zip(slots.tolist(), rids.tolist()):
+            if st.computed[slot] or st.generated[slot]:
                 continue
             hits = 0
             for h in self._prompt[rid]:
                 if h not in self._cached:
                     break
                 hits += 1
-            tokens = min(hits * self.block_size, int(st.plen[rid]) - 1)
-            st.computed[rid] = max(tokens, 0)
+            tokens = min(hits * self.block_size, int(st.plen[slot]) - 1)
+            st.computed[slot] = max(tokens, 0)
             self.hit_tokens += max(tokens, 0)
 
-    def on_computed(self, rids: np.ndarray, st) -> None:
+    def on_computed(self, slots: np.ndarray, rids: np.ndarray, st) -> None:
         """Prompt blocks the prefill has passed become cached."""
-        for rid in rids.tolist():
-            done = min(int(st.computed[rid]), int(st.plen[rid])) // self.block_size
+        for slot, rid in zip(slots.tolist(), rids.tolist()):
+            done = min(int(st.computed[slot]), int(st.plen[slot])) // self.block_size
             self._cached.update(self._prompt[rid][:done])
 
     def on_finish(self, rids: np.ndarray) -> None:

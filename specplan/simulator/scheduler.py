@@ -170,25 +170,27 @@ def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, st
     return m
 
 
-def check_fits(s, st, kv, k_static: int) -> None:
+def check_fits(s, plen: np.ndarray, olen: np.ndarray, kv, k_static: int) -> None:
     """A request that can never be scheduled would wait forever: refuse the config up front
-    (``s`` the ``EngineSettings``, ``st`` the ``RequestState``, ``kv`` the ``KVBlockPool``)."""
-    n = st.n
-    if not s.chunked_prefill and n and int(st.plen.max()) > s.max_num_tokens:
-        worst = int(st.plen.argmax())
+    (``s`` the ``EngineSettings``, ``plen``/``olen`` every request's lengths, ``kv`` the ``KVBlockPool``)."""
+    n = len(plen)
+    if not s.chunked_prefill and n and int(plen.max()) > s.max_num_tokens:
+        worst = int(plen.argmax())
         raise ConfigError(
-            f"engine.max_num_tokens: request {worst} has a {int(st.plen[worst])}-token prompt, over "
+            f"engine.max_num_tokens: request {worst} has a {int(plen[worst])}-token prompt, over "
             f"max_num_tokens {s.max_num_tokens}; set engine.enable_chunked_prefill: true or raise it"
         )
-    if s.max_model_len is not None and n and int((st.plen + st.olen).max()) > s.max_model_len:
-        worst = int((st.plen + st.olen).argmax())
-        raise ConfigError(f"engine.max_model_len: request {worst} holds {int(st.plen[worst] + st.olen[worst])} "
+    if s.max_model_len is not None and n and int((plen + olen).max()) > s.max_model_len:
+        worst = int((plen + olen).argmax())
+        raise ConfigError(f"engine.max_model_len: request {worst} holds {int(plen[worst] + olen[worst])} "
                           f"tokens, over max_model_len {s.max_model_len}; raise it or shorten the workload")
-    need = kv.blocks_for(st.plen + st.olen + k_static)
+    if not n:
+        return
+    need = kv.blocks_for(plen + olen + k_static)
     worst = int(need.argmax())
     if need[worst] > kv.num_blocks:
         raise ConfigError(
             f"engine.kv_num_blocks: request {worst} needs {int(need[worst])} KV blocks "
-            f"({int(st.plen[worst] + st.olen[worst])} tokens) but the cache holds {kv.num_blocks}; "
+            f"({int(plen[worst] + olen[worst])} tokens) but the cache holds {kv.num_blocks}; "
             "raise kv_num_blocks / kv_budget_gb or shorten the workload"
         )

@@ -1,5 +1,5 @@
-"""Per-request state of one executor run, as numpy arrays indexed by request (``LlmRequest`` fields),
-and the run's counters, shared with the compiled step."""
+"""Per-request state of one executor run, as numpy arrays indexed by request slot (``LlmRequest``
+fields), and the run's counters, shared with the compiled step."""
 
 from __future__ import annotations
 
@@ -8,40 +8,58 @@ import numpy as np
 # Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place).
 N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE = range(5)
 
+# Each field's dtype and value before the request runs.
+_FIELDS = {
+    "plen": (np.int64, 0), "olen": (np.int64, 0),
+    "first_token": (np.float64, np.nan), "finish": (np.float64, np.nan),
+    "computed": (np.int64, 0),  # context positions computed toward ctx_target
+    "ctx_target": (np.int64, 0),
+    "generated": (np.int64, 0),
+    "started": (np.bool_, False),
+    "reserved": (np.int64, 0),  # GUARANTEED_NO_EVICT reservations, in blocks
+    "emits": (np.int64, 0),  # decoding iterations that committed tokens
+    # TensorRT-LLM py_disable_speculative_decoding: set on requests scheduled while speculation is
+    # off and never cleared (the executor only ever sets it).
+    "disable_spec": (np.bool_, False),
+    # vLLM: the draft proposed after a request's last step, verified when it is next scheduled.
+    "pending_drafted": (np.int64, 0), "pending_accepted": (np.int64, 0),
+    "act": (np.int64, 0),  # the active slots, admission order, in act[:counters[N_ACTIVE]]
+}
+
 
 class RequestState:
-    """Lengths, progress and flags of every request, and the active set in admission order."""
+    """Lengths, progress and flags of the requests in ``n`` slots (room for ``capacity``), and the
+    active set. Counters hold the active count, KV blocks in use, reserved.sum() (no sum over every
+    request per step), preemptions and completions."""
 
-    def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray) -> None:
+    def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray, capacity: int = 0) -> None:
         n = len(prompt_lens)
         self.n = n
-        self.plen = prompt_lens.astype(np.int64)
-        self.olen = output_lens.astype(np.int64)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.computed = np.zeros(n, dtype=np.int64)  # context positions computed toward ctx_target
-        self.ctx_target = self.plen.copy()
-        self.generated = np.zeros(n, dtype=np.int64)
-        self.started = np.zeros(n, dtype=bool)
-        self.reserved = np.zeros(n, dtype=np.int64)  # GUARANTEED_NO_EVICT reservations, in blocks
-        self.emits = np.zeros(n, dtype=np.int64)  # decoding iterations that committed tokens
-        # TensorRT-LLM py_disable_speculative_decoding: set on requests scheduled while speculation
-        # is off and never cleared (the executor only ever sets it).
-        self.disable_spec = np.zeros(n, dtype=bool)
-        # vLLM: the draft proposed after a request's last step, verified when it is next scheduled.
-        self.pending_drafted = np.zeros(n, dtype=np.int64)
-        self.pending_accepted = np.zeros(n, dtype=np.int64)
-        # The active requests, admission order, in act[:counters[N_ACTIVE]]; counters also hold the
-        # KV blocks in use, reserved.sum() (no sum over every request per step), preemptions, done.
-        self.act = np.zeros(max(n, 1), dtype=np.int64)
+        self.capacity = max(n, capacity, 1)
+        for name, (dtype, fill) in _FIELDS.items():
+            setattr(self, name, np.full(self.capacity, fill, dtype=dtype))
+        self.plen[:n], self.olen[:n], self.ctx_target[:n] = prompt_lens, output_lens, prompt_lens
         self.counters = np.zeros(5, dtype=np.int64)
 
     @property
     def num_active(self) -> int:
         return int(self.counters[N_ACTIVE])
 
-    def admit(self, rids: list[int]) -> None:
+    def add(self, prompt_len: int, output_len: int) -> int:
+        """A new request in the next slot (doubling the room when full); returns its slot."""
+        slot = self.n
+        if slot == self.capacity:
+            self.capacity *= 2
+            for name, (dtype, fill) in _FIELDS.items():
+                grown = np.full(self.capacity, fill, dtype=dtype)
+                grown[:slot] = getattr(self, name)
+                setattr(self, name, grown)
+        self.plen[slot], self.olen[slot], self.ctx_target[slot] = prompt_len, output_len, prompt_len
+        self.n = slot + 1
+        return slot
+
+    def admit(self, slots: list[int]) -> None:
         """Append requests to the active set."""
         a = int(self.counters[N_ACTIVE])
-        self.act[a:a + len(rids)] = rids
-        self.counters[N_ACTIVE] = a + len(rids)
+        self.act[a:a + len(slots)] = slots
+        self.counters[N_ACTIVE] = a + len(slots)
