@@ -114,19 +114,45 @@ def emission_table(trace: Trace) -> "pd.DataFrame":
     return pd.DataFrame(emission_columns(trace), copy=False)
 
 
-def inter_token_latencies(emissions: Mapping) -> np.ndarray:
+def inter_token_latencies(emissions: Mapping, with_times: bool = False):
     """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL), in
     the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
     DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
-    not (a fleet's replicas concatenated) are put in time order first."""
+    not are put in time order first. ``with_times`` also returns each gap's later-chunk time."""
     times = np.ascontiguousarray(emissions["time_s"], dtype=float)
     rids = np.ascontiguousarray(emissions["request"])
     if times.size == 0:
-        return np.array([])
+        return (np.array([]), np.array([])) if with_times else np.array([])
     if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
-    return _row_order_gaps(rids, times, int(rids.max()) + 1)
+    gaps, at = _row_order_gaps(rids, times, int(rids.max()) + 1)
+    return (gaps, at) if with_times else gaps
+
+
+def merged_latencies(parts: list) -> np.ndarray:
+    """The gaps of several logs whose requests are disjoint (a fleet's replicas), each given as
+    ``inter_token_latencies(..., with_times=True)``, in one time order with ties in list order:
+    exactly what the logs concatenated and put in time order give, without sorting them."""
+    if not parts:
+        return np.array([])
+    bounds = np.cumsum([0] + [len(g) for g, _ in parts])
+    return _merge_by_time(np.concatenate([g for g, _ in parts]), np.concatenate([t for _, t in parts]), bounds)
+
+
+@njit(cache=True)
+def _merge_by_time(gaps, at, bounds):
+    # A k-way merge over the few runs (one per replica): the earliest head, the lowest run on ties.
+    heads = bounds[:-1].copy()
+    out = np.empty(len(gaps))
+    for j in range(len(gaps)):
+        best = -1
+        for i in range(len(heads)):
+            if heads[i] < bounds[i + 1] and (best < 0 or at[heads[i]] < at[heads[best]]):
+                best = i
+        out[j] = gaps[heads[best]]
+        heads[best] += 1
+    return out
 
 
 @njit(cache=True)
@@ -141,15 +167,15 @@ def _in_order(times):
 def _row_order_gaps(rids, times, num_requests):
     # One pass, each request's previous chunk time remembered: linear, where grouping needs a sort.
     last = np.full(num_requests, np.nan)
-    gaps = np.empty(len(times))
+    gaps, at = np.empty(len(times)), np.empty(len(times))
     k = 0
     for i in range(len(times)):
         r = rids[i]
         if not np.isnan(last[r]):
-            gaps[k] = times[i] - last[r]
+            gaps[k], at[k] = times[i] - last[r], times[i]
             k += 1
         last[r] = times[i]
-    return gaps[:k]
+    return gaps[:k], at[:k]
 
 
 def _iteration_column(iterations, name: str) -> np.ndarray:
@@ -173,8 +199,9 @@ def _pcts(values: np.ndarray) -> dict:
     return out
 
 
-def summarize(trace: Trace, requests: Mapping, iterations, emissions: Mapping,
-              slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
+def summarize(trace: Trace, requests: Mapping, iterations, emissions: Optional[Mapping],
+              slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None,
+              itl: Optional[np.ndarray] = None) -> dict:
     """The run's headline figures as a flat JSON-able dict.
 
     ``requests`` holds the :func:`request_columns` and ``emissions`` the ``request`` and ``time_s``
@@ -223,6 +250,6 @@ def summarize(trace: Trace, requests: Mapping, iterations, emissions: Mapping,
         "mean_batch_rows": float(batch_rows.mean()) if ran else 0.0,
         "ttft_s": _pcts(ttft),
         "tpot_s": _pcts(tpot),
-        "itl_s": _pcts(inter_token_latencies(emissions)),
+        "itl_s": _pcts(inter_token_latencies(emissions) if itl is None else itl),
         "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
     }
