@@ -201,3 +201,35 @@ def test_a_latched_gate_spans_the_rest_of_the_run():
     assert fast.summary["spec_iterations"] < fast.summary["iterations"]
     for a, b in zip(_tables(fast), _tables(slow)):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def _run_executor(cfg, compact: bool):
+    from specplan.acceptance import build_oracle
+    from specplan.simulator.engine import Executor
+    from specplan.simulator.metrics import emission_table, iteration_table, request_table
+    from specplan.simulator.run import build_cost, build_prefix_cache, build_workload, kv_num_blocks, resolve, resolve_engine
+
+    cfg = resolve(cfg)
+    wl, reqs = build_workload(cfg)
+    ex = Executor(resolve_engine(cfg, kv_num_blocks(cfg)), wl,
+                  build_oracle(cfg, reqs, wl.prompt_lens, wl.output_lens), build_cost(cfg),
+                  prefix_cache=build_prefix_cache(cfg, reqs), compact_slots=compact)
+    trace = ex.run()
+    return request_table(trace, reqs), iteration_table(trace), emission_table(trace)
+
+
+def test_compact_slots_change_nothing():
+    """A fleet's replicas hold requests in arrival-order slots; on one replica that must give the
+    run that slot = request id gives (drafters, the prefix cache and the frontend see request ids)."""
+    for over in ({"speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1},
+                  "acceptance": {"mode": "drafter"}, "workload": {"arrival": "poisson", "rate": 30.0}},
+                 {"engine": {"engine": "vllm"}, "acceptance": {"mode": "drafter"},
+                  "speculation": {"decoding_type": "vllm_ngram", "max_draft_len": 3, "max_matching_ngram_size": 3}}):
+        data = {"seed": 2, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
+                "workload": {"trace": "mtbench", "num_requests": 30, "arrival": "closed_loop", "concurrency": 6},
+                "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"}}
+        for key, value in over.items():
+            data[key] = {**data.get(key, {}), **value}
+        cfg = build_config(data)
+        for a, b in zip(_run_executor(cfg, False), _run_executor(cfg, True)):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)

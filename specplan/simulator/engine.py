@@ -75,14 +75,11 @@ class Executor:
         self.record_batches = record_batches  # keep every step's composition (fidelity replay)
         self.prefix_cache = prefix_cache  # vLLM automatic prefix caching (specplan.simulator.prefix_cache)
         self.n = len(workload.prompt_lens)
-        if compact_slots:
-            self.st = RequestState(workload.prompt_lens[:0], workload.output_lens[:0], capacity=64)
-            self.gid = np.zeros(self.st.capacity, dtype=np.int64)  # slot -> request id
-        else:
-            self.st = RequestState(workload.prompt_lens, workload.output_lens)
-            self.gid = np.arange(self.st.capacity, dtype=np.int64)
         self.compact_slots = compact_slots
-        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st.capacity, self.st.counters)
+        lens = (workload.prompt_lens[:0], workload.output_lens[:0]) if compact_slots else (workload.prompt_lens,
+                                                                                          workload.output_lens)
+        self.st = RequestState(*lens, capacity=64)
+        self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None
         if settings.gate_window and settings.gate_threshold is not None:
@@ -131,13 +128,7 @@ class Executor:
     def submit(self, rid: int) -> None:
         """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
         if self.compact_slots:
-            st, room = self.st, self.st.capacity
-            slot = st.add(int(self.w.prompt_lens[rid]), int(self.w.output_lens[rid]))
-            if st.capacity != room:
-                self.kv.grow(st.capacity)
-                self.gid = np.concatenate([self.gid, np.zeros(st.capacity - room, dtype=np.int64)])
-            self.gid[slot] = rid
-            rid = slot
+            rid = self.st.add(rid, int(self.w.prompt_lens[rid]), int(self.w.output_lens[rid]))
         self.waiting.append(rid)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -149,7 +140,7 @@ class Executor:
             del self.waiting[:room]
             if self.prefix_cache is not None:
                 slots = np.array(new)
-                self.prefix_cache.admit(slots, self.gid[slots], self.st)
+                self.prefix_cache.admit(slots, self.st.rid[slots], self.st)
             self.st.admit(new)
 
     def _on_finish(self, slots: np.ndarray, iteration: int) -> None:
@@ -160,7 +151,7 @@ class Executor:
             for slot in slots.tolist():
                 if self.legacy_gate.record(int(st.generated[slot]), int(st.emits[slot])):
                     self._trip(iteration)
-        rids = self.gid[slots]
+        rids = self.st.rid[slots]
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
@@ -267,7 +258,7 @@ class Executor:
         emitted = int(self._stats[step.EMITTED])
         if self._hears_commits and emitted:
             slots = log.request[log.n:log.n + emitted].astype(np.int64)
-            self.oracle.on_commit(self.gid[slots], st.generated[slots])
+            self.oracle.on_commit(self.st.rid[slots], st.generated[slots])
         log.n += emitted
         its.n += 1
         return int(self._stats[step.FINISHED])
@@ -278,7 +269,7 @@ class Executor:
         s, st = self.s, self.st
         rows, ctx_rows = self._rows[:n], self._ctx[:n]
         if self.prefix_cache is not None and ctx_rows.any():
-            self.prefix_cache.on_computed(rows[ctx_rows], self.gid[rows[ctx_rows]], st)
+            self.prefix_cache.on_computed(rows[ctx_rows], self.st.rid[rows[ctx_rows]], st)
         self._update_gate(it, spec, k, num_drafting, num_generation)
         if self.rules.k_timing == "next_step" and s.speculate:
             # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
@@ -286,7 +277,7 @@ class Executor:
             self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
             gate = self.gate or self.legacy_gate
             if gate is None or not gate.disabled:
-                propose_draft_token_ids(self.oracle, st, rows, self.gid, self._k_next, s.max_model_len,
+                propose_draft_token_ids(self.oracle, st, rows, self.st.rid, self._k_next, s.max_model_len,
                                         s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
         if finished:
             self._on_finish(self._finished[:finished].copy(), it)
@@ -361,7 +352,7 @@ class Executor:
                 self._last_scheduled = n
                 if spec:
                     d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, self.gid, k, self.k_static,
+                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, self.st.rid, k, self.k_static,
                                                                           s.verify_width, self.rules.budget == "draft")
                     drafted = drafted.astype(np.int64, copy=False)
                     accepted = accepted.astype(np.int64, copy=False)
@@ -369,10 +360,10 @@ class Executor:
                 if s.piecewise_graph_slowdown > 0:
                     step_s /= 1.0 - s.piecewise_graph_slowdown
                 if self.record_batches:
-                    self.trace.batches.append((self.gid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+                    self.trace.batches.append((self.st.rid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
                 if spec and len(drafted):
                     drows = rows[drafting]
-                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(self.gid[drows], st.generated[drows]))
+                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(self.st.rid[drows], st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step_s)
             max_seq_len = int(self._terms[step.MAX_SEQ_LEN])
@@ -391,16 +382,9 @@ class Executor:
         t.preemptions = int(st.counters[PREEMPTIONS])
         t.n, t.arrival = n, self.frontend.arrival
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
-        if not self.compact_slots:
-            t.first_token, t.finish, t.generated = st.first_token[:n], st.finish[:n], st.generated[:n]
-            return t
-        # Slots back to request ids; a request never routed here keeps NaN times and 0 generated.
-        slots, rids = np.arange(st.n), self.gid[:st.n]
-        t.first_token, t.finish, t.generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
-        t.first_token[rids], t.finish[rids], t.generated[rids] = (st.first_token[slots], st.finish[slots],
-                                                                  st.generated[slots])
-        log = t.emissions
-        log.request[:log.n] = rids[log.request[:log.n]]
+        t.first_token, t.finish, t.generated = st.by_request(n)
+        if self.compact_slots:  # the emission log holds slots
+            t.emissions.request[:len(t.emissions)] = st.rid[t.emissions.request[:len(t.emissions)]]
         return t
 
     def run(self) -> Trace:

@@ -18,21 +18,18 @@ class KVBlockPool:
     """Blocks held per request and in use; the compiled step resizes them in place (``held`` and
     ``counters[KV_USED]``) and the run fails if the count ever leaves ``[0, num_blocks]``."""
 
-    def __init__(self, num_blocks: int, block_size: int, num_requests: int, counters: np.ndarray) -> None:
+    def __init__(self, num_blocks: int, block_size: int, state) -> None:
         self.num_blocks = int(num_blocks)
         self.block_size = int(block_size)
-        self.held = np.zeros(num_requests, dtype=np.int64)
-        self._counters = counters
+        self._state = state  # the RequestState: blocks per slot and the counters
 
-    def grow(self, capacity: int) -> None:
-        """Room for ``capacity`` requests (their slots grew)."""
-        held = np.zeros(capacity, dtype=np.int64)
-        held[:len(self.held)] = self.held
-        self.held = held
+    @property
+    def held(self) -> np.ndarray:
+        return self._state.kv_held
 
     @property
     def used(self) -> int:
-        return int(self._counters[KV_USED])
+        return int(self._state.counters[KV_USED])
 
     @property
     def free(self) -> int:

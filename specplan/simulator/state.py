@@ -24,12 +24,16 @@ _FIELDS = {
     # vLLM: the draft proposed after a request's last step, verified when it is next scheduled.
     "pending_drafted": (np.int64, 0), "pending_accepted": (np.int64, 0),
     "act": (np.int64, 0),  # the active slots, admission order, in act[:counters[N_ACTIVE]]
+    "rid": (np.int64, 0),  # the request in each slot (its index in the workload)
+    "kv_held": (np.int64, 0),  # KV blocks held (``KVBlockPool.held``)
 }
 
 
 class RequestState:
     """Lengths, progress and flags of the requests in ``n`` slots (room for ``capacity``), and the
-    active set. Counters hold the active count, KV blocks in use, reserved.sum() (no sum over every
+    active set. Given lengths fill slot = request id; ``add`` gives the next slot to an arriving
+    request instead (a fleet's replica holds its own requests only, so a step's rows lie close in
+    memory). Counters hold the active count, KV blocks in use, reserved.sum() (no sum over every
     request per step), preemptions and completions."""
 
     def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray, capacity: int = 0) -> None:
@@ -39,14 +43,15 @@ class RequestState:
         for name, (dtype, fill) in _FIELDS.items():
             setattr(self, name, np.full(self.capacity, fill, dtype=dtype))
         self.plen[:n], self.olen[:n], self.ctx_target[:n] = prompt_lens, output_lens, prompt_lens
+        self.rid[:] = np.arange(self.capacity)
         self.counters = np.zeros(5, dtype=np.int64)
 
     @property
     def num_active(self) -> int:
         return int(self.counters[N_ACTIVE])
 
-    def add(self, prompt_len: int, output_len: int) -> int:
-        """A new request in the next slot (doubling the room when full); returns its slot."""
+    def add(self, rid: int, prompt_len: int, output_len: int) -> int:
+        """Request ``rid`` in the next slot (doubling the room when full); returns its slot."""
         slot = self.n
         if slot == self.capacity:
             self.capacity *= 2
@@ -55,8 +60,19 @@ class RequestState:
                 grown[:slot] = getattr(self, name)
                 setattr(self, name, grown)
         self.plen[slot], self.olen[slot], self.ctx_target[slot] = prompt_len, output_len, prompt_len
+        self.rid[slot] = rid
         self.n = slot + 1
         return slot
+
+    def by_request(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """First-token times, finish times and generated counts of requests ``0..n-1`` (NaN, NaN,
+        0 for a request that never came to this state)."""
+        if self.n == n and (self.rid[:n] == np.arange(n)).all():
+            return self.first_token[:n], self.finish[:n], self.generated[:n]
+        first, finish, generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        rids = self.rid[:self.n]
+        first[rids], finish[rids], generated[rids] = self.first_token[:self.n], self.finish[:self.n], self.generated[:self.n]
+        return first, finish, generated
 
     def admit(self, slots: list[int]) -> None:
         """Append requests to the active set."""
