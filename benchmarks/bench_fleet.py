@@ -7,8 +7,8 @@ replica serving all the requests at the same 64 clients (every replica's per-req
 the whole workload, so this separates the cost of a large workload from the cost of the fleet).
 Target (issue 21): the fleet keeps the single replica's per-token speed within 20%.
 
-Each side is the least CPU time of ``--repeat`` runs (default 3), whole ``simulate`` call included
-(workload, replicas, loop, tables and summaries).
+``--repeat`` pairs of runs (default 3), one replica then the fleet, whole ``simulate`` call included
+(workload, replicas, loop, summaries): the ratio of the least CPU times and each pair's ratio.
 
 Usage: ``python benchmarks/bench_fleet.py [--requests 100000] [--output-len 200] [--repeat 3]``.
 """
@@ -39,36 +39,41 @@ def scenario(replicas: int, requests: int, output_len: int, clients: int = CLIEN
     })
 
 
-def measure(cfg, repeat: int) -> tuple[dict, float]:
-    """The summary and the least CPU seconds of ``repeat`` runs (other processes only ever add time)."""
-    best = None
-    for _ in range(repeat):
-        t0 = time.process_time()
-        res = simulate(cfg)
-        cpu = time.process_time() - t0
-        best = cpu if best is None else min(best, cpu)
-    return res.summary, best
+def measure(cfg) -> tuple[dict, float]:
+    """The summary and the CPU seconds of one run."""
+    t0 = time.process_time()
+    res = simulate(cfg)
+    return res.summary, time.process_time() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--output-len", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=3, help="runs per side; the least CPU time counts")
+    ap.add_argument("--repeat", type=int, default=3, help="pairs of runs (one replica, then the fleet)")
     ap.add_argument("--same-workload", action="store_true", help="also run one replica on every request")
     args = ap.parse_args()
     simulate(scenario(1, 256, args.output_len))  # warm-up (imports, first-call costs)
-    one, cpu_one = measure(scenario(1, args.requests // REPLICAS, args.output_len), args.repeat)
-    fleet, cpu_fleet = measure(scenario(REPLICAS, args.requests, args.output_len), args.repeat)
-    speed_one = one["output_tokens"] / cpu_one
-    speed_fleet = fleet["output_tokens"] / cpu_fleet
+    # Paired runs: the machine's speed drifts, so each fleet run is compared with the one-replica
+    # run just before it, and the ratio of the least CPU times is printed beside the pairs'.
+    pairs = []
+    for _ in range(args.repeat):
+        one, cpu_one = measure(scenario(1, args.requests // REPLICAS, args.output_len))
+        fleet, cpu_fleet = measure(scenario(REPLICAS, args.requests, args.output_len))
+        pairs.append((cpu_one, cpu_fleet))
+    ratio = [(fleet["output_tokens"] / f) / (one["output_tokens"] / o) for o, f in pairs]
+    cpu_one, cpu_fleet = min(o for o, _ in pairs), min(f for _, f in pairs)
+    speed_one, speed_fleet = one["output_tokens"] / cpu_one, fleet["output_tokens"] / cpu_fleet
     print(f"one replica: {one['completed_requests']} requests, {one['output_tokens']} output tokens, "
-          f"{one['iterations']} iterations in {cpu_one:.2f} CPU-s: {speed_one:,.0f} tokens per CPU-second")
+          f"{one['iterations']} iterations in {cpu_one:.2f} CPU-s (least of {args.repeat}): "
+          f"{speed_one:,.0f} tokens per CPU-second")
     print(f"{REPLICAS}-replica fleet: {fleet['completed_requests']} requests, {fleet['output_tokens']} output tokens, "
-          f"{fleet['iterations']} iterations in {cpu_fleet:.2f} CPU-s: {speed_fleet:,.0f} tokens per CPU-second")
-    print(f"fleet / one replica: {speed_fleet / speed_one:.3f}  (target >= 0.8)")
+          f"{fleet['iterations']} iterations in {cpu_fleet:.2f} CPU-s (least of {args.repeat}): "
+          f"{speed_fleet:,.0f} tokens per CPU-second")
+    print(f"fleet / one replica: {speed_fleet / speed_one:.3f} (least times); per pair "
+          f"{', '.join(f'{r:.3f}' for r in ratio)}  (target >= 0.8)")
     if args.same_workload:
-        whole, cpu_whole = measure(scenario(1, args.requests, args.output_len), 1)
+        whole, cpu_whole = measure(scenario(1, args.requests, args.output_len))
         speed_whole = whole["output_tokens"] / cpu_whole
         print(f"one replica, all {whole['completed_requests']} requests: {cpu_whole:.2f} CPU-s, {speed_whole:,.0f} tokens "
               f"per CPU-second; fleet / that: {speed_fleet / speed_whole:.3f}")
