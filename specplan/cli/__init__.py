@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -70,6 +71,11 @@ def main(argv: list[str] | None = None) -> None:
             print(exc.ctx.get_help(), file=sys.stderr)
             sys.exit(2)
         _fail(_usage_message(exc))
+    if argv is None:
+        # Run as the process's entry point, which ends now: spare the interpreter's final passes
+        # over every object the run built (a third of a CPU-second after a 10k-request run); the
+        # memory goes back to the system either way.
+        gc.freeze()
     if isinstance(code, int) and code:  # a command's own exit status; success returns to the caller
         sys.exit(code)
 
