@@ -71,13 +71,19 @@ def main(argv: list[str] | None = None) -> None:
             print(exc.ctx.get_help(), file=sys.stderr)
             sys.exit(2)
         _fail(_usage_message(exc))
-    if argv is None:
-        # Run as the process's entry point, which ends now: spare the interpreter's final passes
-        # over every object the run built (a third of a CPU-second after a 10k-request run); the
-        # memory goes back to the system either way.
-        gc.freeze()
     if isinstance(code, int) and code:  # a command's own exit status; success returns to the caller
         sys.exit(code)
+
+
+def console() -> None:
+    """The ``specplan`` executable and ``python -m specplan``: ``main``, then, as the process ends,
+    the collector frozen, which spares the interpreter's final passes over every object the run
+    built (a third of a CPU-second after a 10k-request run; the memory goes back to the system
+    either way). In-process callers use ``main``."""
+    try:
+        main()
+    finally:
+        gc.freeze()
 
 
 def _exit_types() -> tuple[type, ...]:
