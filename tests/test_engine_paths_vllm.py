@@ -8,7 +8,8 @@ import pytest
 from specplan.cost_models.base import CostModel
 from specplan.config_rules import check_batch_size_ranges
 from specplan.simulator.control import vllm_dynamic_sd_lookup
-from specplan.simulator.engine import ITERATION_FIELDS, Executor
+from specplan.simulator.emissions import ITERATION_FIELDS
+from specplan.simulator.engine import Executor
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.simulator.paths import VLLM

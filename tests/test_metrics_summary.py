@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from specplan.config import build_config
-from specplan.simulator.metrics import inter_token_latencies, merged_latencies
+from specplan.simulator.metrics import inter_token_gaps, inter_token_latencies, merged_latencies
 from specplan.simulator.run import simulate
 
 from cli_helpers import SMALL
@@ -87,7 +87,7 @@ def test_merged_latencies_equal_the_logs_concatenated_and_time_ordered():
         # Strictly increasing within a replica, on one grid: many exact ties across replicas.
         times = np.sort(rng.choice(np.arange(400), n, replace=False)).astype(float) / 8
         logs.append({"request": (rng.integers(0, 20, n) * 4 + replica).astype(np.int32), "time_s": times})
-    parts = [inter_token_latencies(log, with_times=True) for log in logs]
+    parts = [inter_token_gaps(log) for log in logs]
     whole = {k: np.concatenate([log[k] for log in logs]) for k in ("request", "time_s")}
     expect = inter_token_latencies(whole)
     got = merged_latencies(parts)

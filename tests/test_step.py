@@ -33,11 +33,11 @@ def state(plen, olen, computed=None, generated=None, started=None):
 
 
 def schedule(st_, held, *, max_num_tokens, max_batch_size=8, chunked=True, policy=GUARANTEED_NO_EVICT,
-             spec=True, k=4, k_static=4, budget="placeholder", width="static", num_blocks=1000):
+             spec=True, stamp=False, k=4, k_static=4, budget="placeholder", width="static", num_blocks=1000):
     out = [np.zeros(max_batch_size, dtype=np.int64) for _ in range(2)] + [np.zeros(max_batch_size, dtype=bool),
                                                                         np.zeros(max_batch_size, dtype=np.int64)]
     n = schedule_step(st_.act, st_.counters, st_.plen, st_.olen, st_.computed, st_.ctx_target, st_.generated,
-                      st_.started, st_.reserved, held, st_.disable_spec, st_.pending_drafted, spec, k, k_static,
+                      st_.started, st_.reserved, held, st_.disable_spec, st_.pending_drafted, spec, stamp, k, k_static,
                       BUDGETS[budget], VERIFY_WIDTHS[width], policy, max_num_tokens, max_batch_size, chunked,
                       num_blocks, BLOCK, *out)
     rows, q, ctx, _ = (a[:n] for a in out)
@@ -60,6 +60,11 @@ def test_fcfs_with_break_and_the_chunk_of_the_first_context_request_that_does_no
     st_ = state(plen, olen, computed, generated, started)
     st_.disable_spec[2] = True  # py_disable_speculative_decoding: one token, no placeholders
     assert schedule(st_, held, max_num_tokens=1000)[1] == [5, 300, 1, 5]
+    # Speculation off on the drafter path: one token per generation row, and the scheduled rows (0
+    # and the chunk of 1, not 2 and 3 past the budget) are stamped.
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=100, spec=False, stamp=True) == ([0, 1], [1, 99], [False, True])
+    assert st_.disable_spec.tolist() == [True, True, False, False]
 
 
 def test_guaranteed_no_evict_stops_at_the_first_request_it_cannot_reserve():

@@ -65,7 +65,6 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000),  # the model of Vidur's published runs
         ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32768),
-        ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000),
         ModelSpec("tiny", 4, 256, 4, 2, 64, 768, 2048),
     )
 }

@@ -38,6 +38,12 @@ from specplan.cost_models.terms import ACT_BYTES, BatchTerms, TermsCostModel, pa
 
 COMPONENTS = ("gemm", "attention_decode", "attention_prefill", "small_kernels", "lm_head", "tp_comm", "host")
 
+# Positions in ``RooflineCostModel.coefficients``, which the compiled formula reads: the four GEMMs'
+# (t_mem fixed, t_mem per token, t_comp per token) from 0, the LM head's three from 12, then scalars.
+_LM_HEAD = 12
+(_KV_S_PER_TOKEN, _ATTN_S_PER_WORK, _SMALL_FIXED_S, _SMALL_S_PER_TOKEN, _ALPHA, _BETA, _FLOOR2, _ATTN_FLOOR2,
+ _LAYERS, _HIDDEN, _VOCAB, _TP, _PADDING, _MAX_CAPTURED, _HOST_S, _HOST_PER_SEQ_S, _TWO) = range(15, 32)
+
 
 class RooflineCostModel(TermsCostModel):
     """Analytic step time of ``model`` on ``gpu`` at tensor parallelism ``tp``; see the module docstring."""
@@ -79,7 +85,7 @@ class RooflineCostModel(TermsCostModel):
         beta = o.allreduce_beta_Bps if o.allreduce_beta_Bps is not None else gpu.allreduce_beta_Bps
         # Every constant of the formula in one array, for ``roofline_parts`` (compiled, so the
         # executor's compiled steps price a batch without returning to Python).
-        self.coefficients = np.array([
+        self.coefficients = np.array([  # in the order of the positions above
             *(x for g in gemm_coeffs for x in g), *lm_head, kv_s_per_token, attn_s_per_work,
             small_fixed_s, small_s_per_token, alpha, beta, o.gemm_floor_s ** 2, o.attn_floor_s ** 2,
             model.num_layers, model.hidden, model.vocab, tp, float(o.cuda_graph_padding), o.cuda_graph_max_tokens,
@@ -125,24 +131,24 @@ def _blend(floor2, a, b, two):
 @njit(cache=True)
 def roofline_parts(c, num_seqs, num_tokens, logit_tokens, kv_decode, kv_prefill, work_decode, work_prefill):
     """Seconds of each of ``COMPONENTS`` for one step, from ``RooflineCostModel.coefficients``."""
-    floor2, attn_floor2, two = c[21], c[22], c[31]
-    layers, hidden, vocab, tp = int(c[23]), int(c[24]), int(c[25]), int(c[26])
-    n = padded_tokens(num_tokens, int(c[28])) if c[27] else num_tokens
+    floor2, two = c[_FLOOR2], c[_TWO]
+    layers = int(c[_LAYERS])
+    n = padded_tokens(num_tokens, int(c[_MAX_CAPTURED])) if c[_PADDING] else num_tokens
     gemm = 0.0
-    for g in range(4):
-        gemm += _blend(floor2, c[3 * g] + c[3 * g + 1] * n, c[3 * g + 2] * n, two)
+    for g in range(0, _LM_HEAD, 3):
+        gemm += _blend(floor2, c[g] + c[g + 1] * n, c[g + 2] * n, two)
     attention = [0.0, 0.0]
     for i, (kv, work) in enumerate(((kv_decode, work_decode), (kv_prefill, work_prefill))):
         if kv > 0:
-            attention[i] = _blend(attn_floor2, kv * c[15], work * c[16], two)
+            attention[i] = _blend(c[_ATTN_FLOOR2], kv * c[_KV_S_PER_TOKEN], work * c[_ATTN_S_PER_WORK], two)
     return (
         layers * gemm,
         layers * attention[0],
         layers * attention[1],
-        layers * (c[17] + n * c[18]),
-        _blend(floor2, c[12] + c[13] * logit_tokens, c[14] * logit_tokens, two),
-        tp_comm_s(n, logit_tokens, layers, hidden, vocab, tp, c[19], c[20]),
-        c[29] + c[30] * num_seqs,
+        layers * (c[_SMALL_FIXED_S] + n * c[_SMALL_S_PER_TOKEN]),
+        _blend(floor2, c[_LM_HEAD] + c[_LM_HEAD + 1] * logit_tokens, c[_LM_HEAD + 2] * logit_tokens, two),
+        tp_comm_s(n, logit_tokens, layers, int(c[_HIDDEN]), int(c[_VOCAB]), int(c[_TP]), c[_ALPHA], c[_BETA]),
+        c[_HOST_S] + c[_HOST_PER_SEQ_S] * num_seqs,
     )
 
 

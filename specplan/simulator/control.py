@@ -12,7 +12,7 @@ from collections import deque
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from numba import njit
+from numba import njit, vectorize
 
 from specplan.config_rules import CTX_INFINITY
 
@@ -130,8 +130,17 @@ def setup_drafter(rules, lookup: Callable[[int], int], *, k_static: int, k_next:
 
 
 # Token budget rules of ``prepare_draft_requests`` and verify widths, as the compiled step takes them.
-BUDGETS = {"placeholder": 0, "static": 1, "draft": 2}
-VERIFY_WIDTHS = {"static": 0, "runtime": 1, "draft": 2}
+PLACEHOLDER_BUDGET, STATIC_BUDGET, DRAFT_BUDGET = 0, 1, 2
+BUDGETS = {"placeholder": PLACEHOLDER_BUDGET, "static": STATIC_BUDGET, "draft": DRAFT_BUDGET}
+STATIC_WIDTH, RUNTIME_WIDTH, DRAFT_WIDTH = 0, 1, 2
+VERIFY_WIDTHS = {"static": STATIC_WIDTH, "runtime": RUNTIME_WIDTH, "draft": DRAFT_WIDTH}
+
+
+@vectorize(["int64(int64, int64, int64, int64)"], cache=True)
+def verified_width(verify_width, k, k_static, drafted):
+    """Draft positions a drafting row verifies (elementwise over ``drafted``): ``static`` K_static
+    (CUDA-graph padding), ``runtime`` K, or ``draft`` what it drafted (``VERIFY_WIDTHS`` codes)."""
+    return k_static if verify_width == STATIC_WIDTH else (k if verify_width == RUNTIME_WIDTH else drafted)
 
 
 @njit(cache=True)
@@ -147,13 +156,12 @@ def prepare_draft_requests(spec, budget, verify_width, k, k_static, disabled, pe
     """
     if not spec:
         return 1, 1
-    if budget == 2:
-        width = k_static if verify_width == 0 else (k if verify_width == 1 else pending)
-        return 1 + pending, (1 + width if pending > 0 else 1)
-    if budget == 1:
+    if budget == DRAFT_BUDGET:
+        return 1 + pending, (1 + verified_width(verify_width, k, k_static, pending) if pending > 0 else 1)
+    if budget == STATIC_BUDGET:
         return 1 + k_static, 1 + k_static
-    width = 1 + (k_static if verify_width == 0 else k)
-    return (1 if disabled else 1 + k), width
+    # Placeholders reserve KV as if every one of the K is drafted.
+    return (1 if disabled else 1 + k), 1 + verified_width(verify_width, k, k_static, k)
 
 
 class _LatchingWindow:

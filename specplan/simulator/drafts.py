@@ -12,18 +12,19 @@ from typing import Optional
 import numpy as np
 
 from specplan.acceptance.oracles import AcceptanceOracle
+from specplan.simulator.control import verified_width
 from specplan.simulator.scheduler import ScheduleDecision
 from specplan.simulator.state import RequestState
 
 
 def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: ScheduleDecision, gid: np.ndarray, k: int,
-                         k_static: int, verify_width: str, proposed_before: bool):
+                         k_static: int, verify_width: int, proposed_before: bool):
     """Drafts of this step's rows and their verified widths.
 
     Generation rows draft (with ``proposed_before``, vLLM: those holding a proposed draft); a drafter
     that drafts at prefill (HF prompt lookup) also drafts on the chunk that completes a prompt.
-    Verified width per drafting row: ``static`` K_static (CUDA-graph padding), ``runtime`` K, or
-    ``draft`` the drafted length. Rows are slots of ``st``; the oracle knows requests by id
+    Verified width per drafting row: ``control.verified_width`` of the ``VERIFY_WIDTHS`` code
+    ``verify_width``. Rows are slots of ``st``; the oracle knows requests by id
     (``gid[slot]``). Returns the drafting mask, drafted and accepted per drafting row, and the query
     tokens per row.
     """
@@ -46,14 +47,13 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
         held = drafting & ~now
         drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
         drafted, accepted = drafted[drafting], accepted[drafting]
-    width = {"static": k_static, "runtime": k}.get(verify_width, drafted)
-    q[drafting] = np.where(ctx[drafting], q[drafting], 1) + width
+    q[drafting] = np.where(ctx[drafting], q[drafting], 1) + verified_width(verify_width, k, k_static, drafted)
     return drafting, drafted, accepted, q
 
 
 def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, gid: np.ndarray, k: int,
-                            max_model_len: Optional[int], ngram: bool, max_seq_len: int = 0,
-                            num_spec_tokens: int = 0) -> None:
+                            max_model_len: Optional[int], ngram: bool, max_seq_len: int,
+                            num_spec_tokens: int) -> None:
     """vLLM, after a step: the drafts of the rows that ran, verified when each is next scheduled.
 
     Rows still prefilling or finished propose nothing. When the step's longest sequence

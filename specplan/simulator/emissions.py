@@ -77,6 +77,8 @@ class IterationLog:
             return values.copy()
         return values.astype(bool if name == "spec_on" else np.int64)
 
+    __getitem__ = column  # read like a table's columns
+
 
 @dataclass
 class Trace:

@@ -38,7 +38,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
-from specplan.simulator.emissions import ITERATION_FIELDS, Trace
+from specplan.simulator.emissions import Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
@@ -46,7 +46,7 @@ from specplan.simulator.paths import PATHS
 from specplan.simulator.scheduler import POLICIES, ScheduleDecision, check_fits, schedule_step
 from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
 
-__all__ = ["Executor", "Trace", "ITERATION_FIELDS"]
+NOTHING_FITS = "engine: nothing fits in one iteration (max_num_tokens below one request's need)"
 
 
 def advance_clock(env: simpy.Environment, t: float) -> None:
@@ -108,11 +108,17 @@ class Executor:
         self._no_drafting, self._none = np.zeros(rows, dtype=bool), np.zeros(0, dtype=np.int64)
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
-        self._span_out = np.zeros(5, dtype=np.int64)
+        self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
+        # The path's rules as the compiled step takes them.
+        self._budget = control.BUDGETS[self.rules.budget]
+        self._verify_width = control.VERIFY_WIDTHS[settings.verify_width]
+        self._policy = POLICIES[settings.policy]
+        self._stamps = self.rules.stamps_disable and settings.speculate  # py_disable_speculative_decoding
+        self._max_time = np.inf if max_sim_time is None else max_sim_time
         check_fits(settings, workload.prompt_lens, workload.output_lens, self.kv, self.k_static)
 
     @property
@@ -151,7 +157,7 @@ class Executor:
             for slot in slots.tolist():
                 if self.legacy_gate.record(int(st.generated[slot]), int(st.emits[slot])):
                     self._trip(iteration)
-        rids = self.st.rid[slots]
+        rids = st.rid[slots]
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
@@ -222,12 +228,12 @@ class Executor:
     def _schedule(self, spec: bool, k: int) -> int:
         s, st = self.s, self.st
         n = schedule_step(st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated,
-                          st.started, st.reserved, self.kv.held, st.disable_spec, st.pending_drafted, spec, k,
-                          self.k_static, self._budget, self._verify_width, self._policy, s.max_num_tokens,
-                          s.max_batch_size, s.chunked_prefill, self.kv.num_blocks, self.kv.block_size,
-                          self._rows, self._q_sched, self._ctx, self._width)
+                          st.started, st.reserved, self.kv.held, st.disable_spec, st.pending_drafted, spec,
+                          self._stamps and not spec, k, self.k_static, self._budget, self._verify_width,
+                          self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill, self.kv.num_blocks,
+                          self.kv.block_size, self._rows, self._q_sched, self._ctx, self._width)
         if n == 0:
-            raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
+            raise ConfigError(NOTHING_FITS)
         return n
 
     def _price(self, n: int, q: np.ndarray, no_drafts: bool) -> float:
@@ -258,7 +264,7 @@ class Executor:
         emitted = int(self._stats[step.EMITTED])
         if self._hears_commits and emitted:
             slots = log.request[log.n:log.n + emitted].astype(np.int64)
-            self.oracle.on_commit(self.st.rid[slots], st.generated[slots])
+            self.oracle.on_commit(st.rid[slots], st.generated[slots])
         log.n += emitted
         its.n += 1
         return int(self._stats[step.FINISHED])
@@ -269,7 +275,7 @@ class Executor:
         s, st = self.s, self.st
         rows, ctx_rows = self._rows[:n], self._ctx[:n]
         if self.prefix_cache is not None and ctx_rows.any():
-            self.prefix_cache.on_computed(rows[ctx_rows], self.st.rid[rows[ctx_rows]], st)
+            self.prefix_cache.on_computed(rows[ctx_rows], st.rid[rows[ctx_rows]], st)
         self._update_gate(it, spec, k, num_drafting, num_generation)
         if self.rules.k_timing == "next_step" and s.speculate:
             # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
@@ -277,7 +283,7 @@ class Executor:
             self._k_next = self._lookup(n, int(self._stats[step.MAX_LEN]))
             gate = self.gate or self.legacy_gate
             if gate is None or not gate.disabled:
-                propose_draft_token_ids(self.oracle, st, rows, self.st.rid, self._k_next, s.max_model_len,
+                propose_draft_token_ids(self.oracle, st, rows, st.rid, self._k_next, s.max_model_len,
                                         s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
         if finished:
             self._on_finish(self._finished[:finished].copy(), it)
@@ -296,30 +302,25 @@ class Executor:
         s, st, log, its = self.s, self.st, self.trace.emissions, self.trace.iterations
         log.reserve(s.max_batch_size)
         its.reserve()
-        out, rec = self._span_out, self._record
+        out, clock = self._span_out, self._span_time
         span.run_span(
             st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.started, st.reserved,
             self.kv.held, st.disable_spec, st.pending_drafted, st.emits, st.first_token, st.finish, self.k_static,
             self._budget, self._verify_width, self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill,
-            self.kv.num_blocks, self.kv.block_size, self.rules.stamps_disable and s.speculate, self._span_cost,
+            self.kv.num_blocks, self.kv.block_size, self._stamps, self._span_cost,
             s.piecewise_graph_slowdown, self._rows, self._q_sched, self._q, self._ctx, self._width, self._resident,
             self._terms, self._no_drafting, self._none, self.trace.accepted_hist, log.request, log.time, log.tokens,
-            log.n, its.rows, its.n, rec, self._finished, self._stats, self.env.now, self.env.peek(),
-            self._max_time, self.prefix_cache is not None, it, len(self.waiting), out)
+            log.n, its.rows, its.n, self._record, self._finished, self._stats, self.env.now, self.env.peek(),
+            self._max_time, self.prefix_cache is not None, it, len(self.waiting), out, clock)
         status, it, n, log.n, its.n = out.tolist()
         if status == span.NOTHING_FITS:
-            raise ConfigError("engine: nothing fits in one iteration (max_num_tokens below one request's need)")
+            raise ConfigError(NOTHING_FITS)
         self.kv.check(status != span.KV_BROKEN)
-        advance_clock(self.env, float(rec[0]))
-        return status, it, n, float(rec[2])
+        advance_clock(self.env, float(clock[0]))
+        return status, it, n, float(clock[1])
 
     def run_loop(self):
         s, st = self.s, self.st
-        self._budget = control.BUDGETS[self.rules.budget]
-        self._verify_width = control.VERIFY_WIDTHS.get(s.verify_width, 2)
-        self._policy = POLICIES[s.policy]
-        self._max_time = np.inf if self.max_sim_time is None else self.max_sim_time
-        stamps = self.rules.stamps_disable and s.speculate
         it = 0
         while True:
             self._fetch_new_requests()
@@ -345,25 +346,23 @@ class Executor:
                 it += 1
                 n = self._schedule(spec, k)
                 rows, ctx_rows = self._rows[:n], self._ctx[:n]
-                if stamps and not spec:
-                    st.disable_spec[rows] = True
                 if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
                     k, spec = self._update_draft_len(n, k, spec)
                 self._last_scheduled = n
                 if spec:
                     d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, self.st.rid, k, self.k_static,
-                                                                          s.verify_width, self.rules.budget == "draft")
+                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, st.rid, k, self.k_static,
+                                                                          self._verify_width, self.rules.budget == "draft")
                     drafted = drafted.astype(np.int64, copy=False)
                     accepted = accepted.astype(np.int64, copy=False)
                 step_s = self._price(n, q, not spec)
                 if s.piecewise_graph_slowdown > 0:
                     step_s /= 1.0 - s.piecewise_graph_slowdown
                 if self.record_batches:
-                    self.trace.batches.append((self.st.rid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+                    self.trace.batches.append((st.rid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
                 if spec and len(drafted):
                     drows = rows[drafting]
-                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(self.st.rid[drows], st.generated[drows]))
+                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(st.rid[drows], st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step_s)
             max_seq_len = int(self._terms[step.MAX_SEQ_LEN])

@@ -10,7 +10,7 @@ from specplan.simulator.state import KV_USED
 
 @njit(cache=True)
 def blocks_for(tokens, block_size):
-    """KV blocks needed to hold ``tokens`` positions (scalars, in the compiled step)."""
+    """KV blocks needed to hold ``tokens`` positions (a count or an int64 array)."""
     return -(-tokens // block_size)
 
 
@@ -30,14 +30,6 @@ class KVBlockPool:
     @property
     def used(self) -> int:
         return int(self._state.counters[KV_USED])
-
-    @property
-    def free(self) -> int:
-        return self.num_blocks - self.used
-
-    def blocks_for(self, tokens):
-        """Blocks needed to hold ``tokens`` positions (vectorised)."""
-        return -(-np.asarray(tokens) // self.block_size)
 
     def check(self, ok: bool) -> None:
         """Raise when a step left the accounting outside the pool."""

@@ -114,26 +114,30 @@ def emission_table(trace: Trace) -> "pd.DataFrame":
     return pd.DataFrame(emission_columns(trace), copy=False)
 
 
-def inter_token_latencies(emissions: Mapping, with_times: bool = False):
+def inter_token_latencies(emissions: Mapping) -> np.ndarray:
     """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL), in
     the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
     DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
-    not are put in time order first. ``with_times`` also returns each gap's later-chunk time."""
+    not are put in time order first."""
+    return inter_token_gaps(emissions)[0]
+
+
+def inter_token_gaps(emissions: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """``inter_token_latencies`` and each gap's later-chunk time (what ``merged_latencies`` orders by)."""
     times = np.ascontiguousarray(emissions["time_s"], dtype=float)
     rids = np.ascontiguousarray(emissions["request"])
     if times.size == 0:
-        return (np.array([]), np.array([])) if with_times else np.array([])
+        return np.array([]), np.array([])
     if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
-    gaps, at = _row_order_gaps(rids, times, int(rids.max()) + 1)
-    return (gaps, at) if with_times else gaps
+    return _row_order_gaps(rids, times, int(rids.max()) + 1)
 
 
 def merged_latencies(parts: list) -> np.ndarray:
     """The gaps of several logs whose requests are disjoint (a fleet's replicas), each given as
-    ``inter_token_latencies(..., with_times=True)``, in one time order with ties in list order:
-    exactly what the logs concatenated and put in time order give, without sorting them."""
+    ``inter_token_gaps``, in one time order with ties in list order: exactly what the logs
+    concatenated and put in time order give, without sorting them."""
     if not parts:
         return np.array([])
     bounds = np.cumsum([0] + [len(g) for g, _ in parts])
@@ -178,14 +182,6 @@ def _row_order_gaps(rids, times, num_requests):
     return gaps[:k], at[:k]
 
 
-def _iteration_column(iterations, name: str) -> np.ndarray:
-    """One column of the iteration record: ``iterations`` is a run's ``Trace`` or a table of
-    iterations (a DataFrame, e.g. a fleet's replicas concatenated)."""
-    if isinstance(iterations, Trace):
-        return iterations.iterations.column(name)
-    return np.asarray(iterations[name])
-
-
 def _pcts(values: np.ndarray) -> dict:
     v = np.asarray(values, dtype=float)
     missing = np.isnan(v)
@@ -199,14 +195,13 @@ def _pcts(values: np.ndarray) -> dict:
     return out
 
 
-def summarize(trace: Trace, requests: Mapping, iterations, emissions: Optional[Mapping],
-              slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None,
-              itl: Optional[np.ndarray] = None) -> dict:
+def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl: np.ndarray,
+              slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
     """The run's headline figures as a flat JSON-able dict.
 
-    ``requests`` holds the :func:`request_columns` and ``emissions`` the ``request`` and ``time_s``
-    columns (dicts of arrays or DataFrames); ``iterations`` is the trace or an iteration table
-    (see :func:`_iteration_column`).
+    ``requests`` holds the :func:`request_columns` and ``iterations`` the iteration columns (an
+    ``IterationLog``, a table or a dict of arrays); ``itl`` is the run's inter-token gaps
+    (:func:`inter_token_latencies`).
     """
     output_len = np.asarray(requests["output_len"])
     arrival, finish = np.asarray(requests["arrival_s"]), np.asarray(requests["finish_s"])
@@ -218,10 +213,10 @@ def summarize(trace: Trace, requests: Mapping, iterations, emissions: Optional[M
     span = max(end - start, 1e-12)
     hist = trace.accepted_hist
     drafts = int(hist.sum())
-    batch_rows = _iteration_column(iterations, "batch_rows")
+    batch_rows = np.asarray(iterations["batch_rows"])
     ran = len(batch_rows)
-    drafted = int(_iteration_column(iterations, "drafted").sum()) if ran else 0
-    accepted = int(_iteration_column(iterations, "accepted").sum()) if ran else 0
+    drafted = int(np.asarray(iterations["drafted"]).sum()) if ran else 0
+    accepted = int(np.asarray(iterations["accepted"]).sum()) if ran else 0
     meets = done.copy()
     if slo_ttft_s is not None:
         meets &= ttft <= slo_ttft_s
@@ -243,13 +238,13 @@ def summarize(trace: Trace, requests: Mapping, iterations, emissions: Optional[M
         "drafted_tokens": drafted,
         "accepted_tokens": accepted,
         "iterations": ran,
-        "spec_iterations": int(_iteration_column(iterations, "spec_on").sum()) if ran else 0,
+        "spec_iterations": int(np.asarray(iterations["spec_on"]).sum()) if ran else 0,
         "gate_tripped_iteration": trace.gate_tripped_iteration,
         "gate_tripped_s": trace.gate_tripped_time,
         "preemptions": trace.preemptions,
         "mean_batch_rows": float(batch_rows.mean()) if ran else 0.0,
         "ttft_s": _pcts(ttft),
         "tpot_s": _pcts(tpot),
-        "itl_s": _pcts(inter_token_latencies(emissions) if itl is None else itl),
+        "itl_s": _pcts(itl),
         "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
     }

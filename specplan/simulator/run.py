@@ -229,7 +229,8 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     if cfg.max_sim_time_s is not None and np.isnan(req["finish_s"]).all():
         raise ConfigError(f"max_sim_time_s: {cfg.max_sim_time_s:g} s of simulated time ended the run before any "
                           "request completed; raise it or remove it")
-    summary = metrics.summarize(trace, req, trace, metrics.emission_columns(trace), cfg.slo_ttft_s, cfg.slo_tpot_s)
+    itl = metrics.inter_token_latencies(metrics.emission_columns(trace))
+    summary = metrics.summarize(trace, req, trace.iterations, itl, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     if prefix_cache is not None:
         summary["prefix_cache_hit_tokens"] = prefix_cache.hit_tokens

@@ -33,33 +33,21 @@ class ScheduleDecision:
     query_tokens: np.ndarray  # tokens charged per row: the prefill chunk, or 1 + placeholder drafts
     is_prefill: np.ndarray  # context-phase rows
 
-    @property
-    def num_generation(self) -> int:
-        return int(len(self.rows) - self.is_prefill.sum())
-
 
 @njit(cache=True)
 def admit_guaranteed(rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static):
     """``GUARANTEED_NO_EVICT``: a request starts only when KV for its whole output (and drafts) can be
     reserved; the first one that cannot be stops the pass. Returns how many leading rows run."""
-    avail = num_blocks - counters[RESERVED_TOTAL]
-    need_sum = 0
-    cut = n
     for i in range(n):
         r = rows[i]
         if not started[r]:
-            need_sum += blocks_for(plen[r] + olen[r] + k_static, block_size)
-            if need_sum > avail:
-                cut = i
-                break
-    for i in range(cut):
-        r = rows[i]
-        if not started[r]:
             need = blocks_for(plen[r] + olen[r] + k_static, block_size)
+            if counters[RESERVED_TOTAL] + need > num_blocks:
+                return i
             reserved[r] = need
             counters[RESERVED_TOTAL] += need
             started[r] = True
-    return cut
+    return n
 
 
 @njit(cache=True)
@@ -131,10 +119,12 @@ def admit_max_utilization(rows, q, ctx, width, keep, n, act, plen, generated, co
 
 @njit(cache=True)
 def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled,
-                  pending, spec, k, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
-                  chunked, num_blocks, block_size, out_rows, out_q, out_ctx, out_width):
+                  pending, spec, stamp, k, k_static, budget_rule, verify_width, policy, max_num_tokens,
+                  max_batch_size, chunked, num_blocks, block_size, out_rows, out_q, out_ctx, out_width):
     """Schedule the active requests (``act[:counters[N_ACTIVE]]``, admission order) into ``out_*``;
-    returns the number of rows. ``out_q`` is each row's charge: its prefill chunk, or 1 + placeholders."""
+    returns the number of rows. ``out_q`` is each row's charge: its prefill chunk, or 1 + placeholders.
+    With ``stamp`` (the drafter path, speculation off this step) the scheduled requests are stamped
+    ``py_disable_speculative_decoding`` (``disabled``)."""
     n_act = counters[N_ACTIVE]
     cum = 0
     n = 0
@@ -158,15 +148,19 @@ def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, st
         out_rows[n], out_q[n], out_ctx[n], out_width[n] = act[n], partial, True, 1
         n += 1
     if policy == GUARANTEED_NO_EVICT:
-        return admit_guaranteed(out_rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static)
-    keep = np.empty(n, dtype=np.bool_)
-    admit_max_utilization(out_rows, out_q, out_ctx, out_width, keep, n, act, plen, generated, computed, ctx_target,
-                          started, held, counters, num_blocks, block_size)
-    m = 0
-    for i in range(n):
-        if keep[i]:
-            out_rows[m], out_q[m], out_ctx[m], out_width[m] = out_rows[i], out_q[i], out_ctx[i], out_width[i]
-            m += 1
+        m = admit_guaranteed(out_rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static)
+    else:
+        keep = np.empty(n, dtype=np.bool_)
+        admit_max_utilization(out_rows, out_q, out_ctx, out_width, keep, n, act, plen, generated, computed,
+                              ctx_target, started, held, counters, num_blocks, block_size)
+        m = 0
+        for i in range(n):
+            if keep[i]:
+                out_rows[m], out_q[m], out_ctx[m], out_width[m] = out_rows[i], out_q[i], out_ctx[i], out_width[i]
+                m += 1
+    if stamp:
+        for i in range(m):
+            disabled[out_rows[i]] = True
     return m
 
 
@@ -186,7 +180,7 @@ def check_fits(s, plen: np.ndarray, olen: np.ndarray, kv, k_static: int) -> None
                           f"tokens, over max_model_len {s.max_model_len}; raise it or shorten the workload")
     if not n:
         return
-    need = kv.blocks_for(plen + olen + k_static)
+    need = blocks_for(np.asarray(plen + olen + k_static, dtype=np.int64), kv.block_size)
     worst = int(need.argmax())
     if need[worst] > kv.num_blocks:
         raise ConfigError(

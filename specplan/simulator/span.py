@@ -33,23 +33,21 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
              emits, first_token, finish, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
              chunked, num_blocks, block_size, stamp, coefficients, slowdown, rows, q_sched, q, ctx, width, resident,
              terms, no_drafting, none, accepted_hist, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
-             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, out):
+             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, out,
+             out_time):
     """Run draft-free iterations from ``now`` until one of the module's stops; ``out`` returns
-    (status, last iteration number, its rows, emission rows, iteration rows) and the clock and the
-    pending step's seconds go back in ``record[0]`` and ``record[2]``."""
+    (status, last iteration number, its rows, emission rows, iteration rows) and ``out_time`` the
+    clock and, when pending, that step's seconds."""
     t = now
     status = FULL
     n = 0
     while it_n < len(iteration_log) and em_n + max_batch_size <= len(em_request):
         n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
-                          disabled, pending, False, 0, k_static, budget_rule, verify_width, policy, max_num_tokens,
-                          max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
+                          disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
+                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
         if n == 0:
             status = NOTHING_FITS
             break
-        if stamp:
-            for i in range(n):
-                disabled[rows[i]] = True
         if not price_step(rows, q_sched, q, ctx, n, True, plen, generated, computed, held, counters, num_blocks,
                           block_size, resident, terms):
             status = KV_BROKEN
@@ -61,7 +59,7 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
         it += 1
         if not t + step < horizon:
             status = PENDING
-            record[2] = step
+            out_time[1] = step
             break
         start = t
         t = t + step
@@ -83,4 +81,4 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
             status = COMMITTED
             break
     out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
-    record[0] = t
+    out_time[0] = t

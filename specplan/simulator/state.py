@@ -67,8 +67,6 @@ class RequestState:
     def by_request(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """First-token times, finish times and generated counts of requests ``0..n-1`` (NaN, NaN,
         0 for a request that never came to this state)."""
-        if self.n == n and (self.rid[:n] == np.arange(n)).all():
-            return self.first_token[:n], self.finish[:n], self.generated[:n]
         first, finish, generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
         rids = self.rid[:self.n]
         first[rids], finish[rids], generated[rids] = self.first_token[:self.n], self.finish[:self.n], self.generated[:self.n]
