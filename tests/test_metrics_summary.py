@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from specplan.config import build_config
-from specplan.simulator.metrics import inter_token_gaps, inter_token_latencies, merged_latencies
+from specplan.simulator.metrics import inter_token_latencies
 from specplan.simulator.run import simulate
 
 from cli_helpers import SMALL
@@ -74,21 +74,3 @@ def test_a_result_pickles_with_its_tables():
     assert back.summary == res.summary and back.config == res.config
     for name in ("requests", "iterations", "emissions", "batches"):
         assert getattr(back, name).equals(getattr(res, name))
-
-
-def test_merged_latencies_equal_the_logs_concatenated_and_time_ordered():
-    """A fleet merges its replicas' gaps by time without sorting; the order (ties in replica order)
-    and the values must be those of the concatenated logs put in time order, so the mean agrees
-    to the bit."""
-    rng = np.random.default_rng(7)
-    logs = []
-    for replica in range(4):
-        n = int(rng.integers(50, 300))
-        # Strictly increasing within a replica, on one grid: many exact ties across replicas.
-        times = np.sort(rng.choice(np.arange(400), n, replace=False)).astype(float) / 8
-        logs.append({"request": (rng.integers(0, 20, n) * 4 + replica).astype(np.int32), "time_s": times})
-    parts = [inter_token_gaps(log) for log in logs]
-    whole = {k: np.concatenate([log[k] for log in logs]) for k in ("request", "time_s")}
-    expect = inter_token_latencies(whole)
-    got = merged_latencies(parts)
-    assert got.tolist() == expect.tolist() and float(np.mean(got)) == float(np.mean(expect))

@@ -71,8 +71,13 @@ def draft_budget(output_lens, rids, committed, k):
     """``AcceptanceOracle.remaining_draft_budget`` per row: ``min(k, output_len - committed - 1)``, at least 0."""
     out = np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
-        out[i] = max(min(k, output_lens[rids[i]] - committed[i] - 1), 0)
+        out[i] = _budget(k, output_lens[rids[i]], committed[i])
     return out
+
+
+@njit(cache=True)
+def _budget(k, output_len, committed):
+    return max(min(k, output_len - committed - 1), 0)
 
 
 class _PerRequestUniforms:
@@ -81,38 +86,46 @@ class _PerRequestUniforms:
     Request r owns ``u[offset[r] : offset[r] + output_len[r]]`` (a request takes at most one step per
     output token). Its i-th speculative step always uses the same value, whatever the batch around
     it, so runs that differ only in scheduling see identical per-request acceptance sequences, and
-    the lookup is one vectorised gather per iteration.
+    the lookup is one compiled pass per iteration. A request's offset, block size, step count and
+    output length are one row of ``meta``, so a draw reads one cache line of it per request (a
+    fleet's replica holds every eighth request, say, and a row per array would be a line per array).
     """
 
     def __init__(self, seed: int, output_lens: np.ndarray) -> None:
         sizes = np.maximum(output_lens, 1)
-        self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self._sizes = sizes
+        self.meta = np.zeros((len(output_lens), 4), dtype=np.int64)
+        self.meta[:, OFFSET] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.meta[:, SIZE] = sizes
+        self.meta[:, OUTPUT_LEN] = output_lens
         self._seed = seed
         self._u: np.ndarray | None = None  # drawn on first use: a run without speculation never asks
-        self._steps = np.zeros(len(output_lens), dtype=np.int64)
 
-    def draw_accepted(self, rids: np.ndarray, drafted: np.ndarray, survival: np.ndarray) -> np.ndarray:
-        """Each row's accepted count: how many of ``survival`` its next uniform is below, capped at
-        ``drafted`` (the inverse-CDF draw of the accepted prefix; compiled, one pass)."""
+    def draft(self, rids: np.ndarray, committed: np.ndarray, k: int, survival: np.ndarray):
+        """Each row's drafted count (``draft_budget``'s rule) and accepted count: how many of
+        ``survival`` its next uniform is below, capped at drafted (the inverse-CDF draw of the
+        accepted prefix); one compiled pass."""
         if self._u is None:
-            self._u = np.random.default_rng(self._seed).random(int(self._sizes.sum()), dtype=np.float32)
-        return _draw_accepted(rids, drafted, survival, self._u, self._offsets, self._sizes, self._steps)
+            self._u = np.random.default_rng(self._seed).random(int(self.meta[:, SIZE].sum()), dtype=np.float32)
+        return _draw_accepted(rids, committed, k, survival, self._u, self.meta)
+
+
+OFFSET, SIZE, STEPS, OUTPUT_LEN = range(4)  # the columns of ``_PerRequestUniforms.meta``
 
 
 @njit(cache=True)
-def _draw_accepted(rids, drafted, survival, u, offsets, sizes, steps):
-    out = np.empty(len(rids), dtype=np.int64)
+def _draw_accepted(rids, committed, k, survival, u, meta):
+    drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
-        r = rids[i]
-        x = u[offsets[r] + min(steps[r], sizes[r] - 1)]
-        steps[r] += 1
+        m = meta[rids[i]]
+        drafted[i] = _budget(k, m[OUTPUT_LEN], committed[i])
+        x = u[m[OFFSET] + min(m[STEPS], m[SIZE] - 1)]
+        m[STEPS] += 1
         hits = 0
         for s in survival:
             if x < s:
                 hits += 1
-        out[i] = min(hits, drafted[i])
-    return out
+        accepted[i] = min(hits, drafted[i])
+    return drafted, accepted
 
 
 class SurvivalOracle(AcceptanceOracle):
@@ -134,10 +147,10 @@ class SurvivalOracle(AcceptanceOracle):
         self._uniforms = _PerRequestUniforms(seed, self.output_lens)
 
     def draft(self, rids, committed, k):
-        drafted = self.remaining_draft_budget(rids, committed, k)
         if k <= 0 or len(rids) == 0:
+            drafted = self.remaining_draft_budget(rids, committed, k)
             return drafted, np.zeros_like(drafted)
-        return drafted, self._uniforms.draw_accepted(rids, drafted, self.survival[:k])
+        return self._uniforms.draft(rids, committed, k, self.survival[:k])
 
 
 def alpha_oracle(alpha: float, prompt_lens, output_lens, seed: int, max_k: int = 64) -> SurvivalOracle:

@@ -131,11 +131,13 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     req = metrics.request_columns(view)
     traces = [ex.trace for ex in fleet.replicas]
     ems = [metrics.emission_columns(t) for t in traces]
-    gaps = [metrics.inter_token_gaps(e) for e in ems]
+    gaps = [metrics.inter_token_latencies(e) for e in ems]
     iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
                   for k in ("batch_rows", "drafted", "accepted", "spec_on")}
-    # The same summary keys, in the same order, as a single run (``run.simulate``).
-    summary = metrics.summarize(view, req, iterations, metrics.merged_latencies(gaps), cfg.slo_ttft_s, cfg.slo_tpot_s)
+    # The same summary keys, in the same order, as a single run (``run.simulate``). The fleet's
+    # inter-token gaps are its replicas', replica after replica: no time order is needed, since the
+    # percentiles do not depend on the order and the mean is summed in this one.
+    summary = metrics.summarize(view, req, iterations, np.concatenate(gaps), cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
     if caches:
@@ -146,7 +148,7 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     per_replica = []
     for i, (t, rcfg) in enumerate(zip(traces, replica_configs(cfg))):
         mine = fleet.assigned == i
-        per_replica.append(metrics.summarize(t, {k: v[mine] for k, v in req.items()}, t.iterations, gaps[i][0],
+        per_replica.append(metrics.summarize(t, {k: v[mine] for k, v in req.items()}, t.iterations, gaps[i],
                                              cfg.slo_ttft_s, cfg.slo_tpot_s)
                            | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
     description = {"cost": fleet.replicas[0].cost.describe(),

@@ -119,44 +119,14 @@ def inter_token_latencies(emissions: Mapping) -> np.ndarray:
     the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
     DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
     not are put in time order first."""
-    return inter_token_gaps(emissions)[0]
-
-
-def inter_token_gaps(emissions: Mapping) -> tuple[np.ndarray, np.ndarray]:
-    """``inter_token_latencies`` and each gap's later-chunk time (what ``merged_latencies`` orders by)."""
     times = np.ascontiguousarray(emissions["time_s"], dtype=float)
     rids = np.ascontiguousarray(emissions["request"])
     if times.size == 0:
-        return np.array([]), np.array([])
+        return np.array([])
     if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
     return _row_order_gaps(rids, times, int(rids.max()) + 1)
-
-
-def merged_latencies(parts: list) -> np.ndarray:
-    """The gaps of several logs whose requests are disjoint (a fleet's replicas), each given as
-    ``inter_token_gaps``, in one time order with ties in list order: exactly what the logs
-    concatenated and put in time order give, without sorting them."""
-    if not parts:
-        return np.array([])
-    bounds = np.cumsum([0] + [len(g) for g, _ in parts])
-    return _merge_by_time(np.concatenate([g for g, _ in parts]), np.concatenate([t for _, t in parts]), bounds)
-
-
-@njit(cache=True)
-def _merge_by_time(gaps, at, bounds):
-    # A k-way merge over the few runs (one per replica): the earliest head, the lowest run on ties.
-    heads = bounds[:-1].copy()
-    out = np.empty(len(gaps))
-    for j in range(len(gaps)):
-        best = -1
-        for i in range(len(heads)):
-            if heads[i] < bounds[i + 1] and (best < 0 or at[heads[i]] < at[heads[best]]):
-                best = i
-        out[j] = gaps[heads[best]]
-        heads[best] += 1
-    return out
 
 
 @njit(cache=True)
@@ -171,15 +141,15 @@ def _in_order(times):
 def _row_order_gaps(rids, times, num_requests):
     # One pass, each request's previous chunk time remembered: linear, where grouping needs a sort.
     last = np.full(num_requests, np.nan)
-    gaps, at = np.empty(len(times)), np.empty(len(times))
+    gaps = np.empty(len(times))
     k = 0
     for i in range(len(times)):
         r = rids[i]
         if not np.isnan(last[r]):
-            gaps[k], at[k] = times[i] - last[r], times[i]
+            gaps[k] = times[i] - last[r]
             k += 1
         last[r] = times[i]
-    return gaps[:k], at[:k]
+    return gaps[:k]
 
 
 def _pcts(values: np.ndarray) -> dict:
