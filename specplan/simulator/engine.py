@@ -49,12 +49,6 @@ from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
 NOTHING_FITS = "engine: nothing fits in one iteration (max_num_tokens below one request's need)"
 
 
-def advance_clock(env: simpy.Environment, t: float) -> None:
-    """Move the clock to ``t`` after a span: strictly before the next queued event, so SimPy would
-    have reached the same time with nothing run in between (it has no public call for this)."""
-    env._now = t
-
-
 class Executor:
     """One engine replica: the SimPy executor loop over a request frontend."""
 
@@ -296,10 +290,13 @@ class Executor:
         off = not self.s.speculate or (gate is not None and gate.disabled)
         return off and self._span_cost is not None and not self.record_batches and not self._hears_commits
 
-    def _run_span(self, it: int) -> tuple[int, int, int, float]:
-        """Run a compiled span from now (see ``specplan.simulator.span``); returns its status, the last
-        iteration number, that iteration's rows and, when pending, its step seconds."""
+    def _run_span(self, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
+        """Run a compiled span from now (see ``specplan.simulator.span``), first committing ``resume``
+        (the rows, start and seconds of the last span's pending step, which ends now) when given;
+        returns its status, the last iteration number, that iteration's rows and, when pending, its
+        step seconds."""
         s, st, log, its = self.s, self.st, self.trace.emissions, self.trace.iterations
+        resume_n, resume_start, resume_step = resume or (0, 0.0, 0.0)
         log.reserve(s.max_batch_size)
         its.reserve()
         out, clock = self._span_out, self._span_time
@@ -311,30 +308,34 @@ class Executor:
             s.piecewise_graph_slowdown, self._rows, self._q_sched, self._q, self._ctx, self._width, self._resident,
             self._terms, self._no_drafting, self._none, self.trace.accepted_hist, log.request, log.time, log.tokens,
             log.n, its.rows, its.n, self._record, self._finished, self._stats, self.env.now, self.env.peek(),
-            self._max_time, self.prefix_cache is not None, it, len(self.waiting), out, clock)
+            self._max_time, self.prefix_cache is not None, it, len(self.waiting), s.max_num_active_requests, resume_n,
+            resume_start, resume_step, out, clock)
         status, it, n, log.n, its.n = out.tolist()
         if status == span.NOTHING_FITS:
             raise ConfigError(NOTHING_FITS)
         self.kv.check(status != span.KV_BROKEN)
-        advance_clock(self.env, float(clock[0]))
+        span.advance_clock(self.env, float(clock[0]))
         return status, it, n, float(clock[1])
 
     def run_loop(self):
         s, st = self.s, self.st
         it = 0
+        resume = None  # a span's pending step, once its timeout ends: the next span commits it first
         while True:
-            self._fetch_new_requests()
-            if not st.counters[N_ACTIVE]:
-                if st.counters[DONE] == self.n:
-                    return
-                self._wakeup = self.env.event()
-                yield self._wakeup
-                self._wakeup = None
-                continue
+            if resume is None:  # (admission follows that commit, which may free room)
+                self._fetch_new_requests()
+                if not st.counters[N_ACTIVE]:
+                    if st.counters[DONE] == self.n:
+                        return
+                    self._wakeup = self.env.event()
+                    yield self._wakeup
+                    self._wakeup = None
+                    continue
             k, spec = self._setup_drafter()
             drafting, drafted, accepted, q = self._no_drafting, self._none, self._none, self._q
             if not spec and self._spans():
-                status, it, n, step_s = self._run_span(it)
+                status, it, n, step_s = self._run_span(it, resume)
+                resume = None
                 self._last_scheduled = n
                 if status == span.FULL:
                     continue
@@ -342,27 +343,30 @@ class Executor:
                     if self._after_commit(it, n, False, 0, 0, 0, 0, int(self._stats[step.FINISHED])):
                         return
                     continue
-            else:
-                it += 1
-                n = self._schedule(spec, k)
-                rows, ctx_rows = self._rows[:n], self._ctx[:n]
-                if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
-                    k, spec = self._update_draft_len(n, k, spec)
-                self._last_scheduled = n
-                if spec:
-                    d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                    drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, st.rid, k, self.k_static,
-                                                                          self._verify_width, self.rules.budget == "draft")
-                    drafted = drafted.astype(np.int64, copy=False)
-                    accepted = accepted.astype(np.int64, copy=False)
-                step_s = self._price(n, q, not spec)
-                if s.piecewise_graph_slowdown > 0:
-                    step_s /= 1.0 - s.piecewise_graph_slowdown
-                if self.record_batches:
-                    self.trace.batches.append((st.rid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
-                if spec and len(drafted):
-                    drows = rows[drafting]
-                    step_s += self._draft_time(len(drows), k, self.oracle.state_size(st.rid[drows], st.generated[drows]))
+                start = self.env.now
+                yield self.env.timeout(step_s)
+                resume = n, start, step_s
+                continue
+            it += 1
+            n = self._schedule(spec, k)
+            rows, ctx_rows = self._rows[:n], self._ctx[:n]
+            if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
+                k, spec = self._update_draft_len(n, k, spec)
+            self._last_scheduled = n
+            if spec:
+                d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
+                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, st.rid, k, self.k_static,
+                                                                      self._verify_width, self.rules.budget == "draft")
+                drafted = drafted.astype(np.int64, copy=False)
+                accepted = accepted.astype(np.int64, copy=False)
+            step_s = self._price(n, q, not spec)
+            if s.piecewise_graph_slowdown > 0:
+                step_s /= 1.0 - s.piecewise_graph_slowdown
+            if self.record_batches:
+                self.trace.batches.append((st.rid[rows], q[:n].copy(), self._resident[:n].copy(), ctx_rows.copy()))
+            if spec and len(drafted):
+                drows = rows[drafting]
+                step_s += self._draft_time(len(drows), k, self.oracle.state_size(st.rid[drows], st.generated[drows]))
             start = self.env.now
             yield self.env.timeout(step_s)
             max_seq_len = int(self._terms[step.MAX_SEQ_LEN])

@@ -7,10 +7,15 @@ clients, sessions) drives the whole fleet; at each arrival the router (``specpla
 reads the replicas' load at that instant and submits the request to one of them. Completions from
 any replica come back to the one frontend, which sends sessions' next turns and frees clients.
 
-Request ids are global: every replica's per-request arrays span the whole workload, and the fleet's
-tables take each request's row from the replica it was routed to. Metrics come per replica and for
+Request ids are global; each replica holds its own requests in compact slots (in the order they
+reach it) and maps them back to ids, and the fleet's tables take each request's row from the
+replica it was routed to. Metrics come per replica and for
 the fleet; the fleet's summary has the same keys as a single run's. Each replica has its own
 prefix cache when the engine has prefix caching on, so session affinity keeps a session's prefix hits.
+
+Speed: a replica's compiled spans (``specplan.simulator.span``) end before the next queued event,
+which in a fleet is mostly another replica's step, so draft-free fleets go through SimPy about once
+per step (each pending step is committed by the next span, not in Python).
 """
 
 from __future__ import annotations

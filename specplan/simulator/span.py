@@ -10,7 +10,13 @@ at a time, and returns to SimPy when
   scheduled and priced, and the executor yields its timeout as usual);
 - a step completed a request, ran a prefill chunk under prefix caching, or reached
   ``max_sim_time`` (``COMMITTED``: the executor does the Python side of that step);
+- a pending step was resumed and committed while requests wait for room that it freed
+  (``COMMITTED`` as well: they are admitted in Python);
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
+
+A pending step's timeout ends in the executor, which hands it back to the next span to commit
+first (its commit needs no Python unless one of the stops above follows it): a fleet, whose
+replicas' steps interleave, then goes through Python once per step instead of three times.
 
 Only costs the compiled code can price (the roofline) span; the clock each span advances is the one
 SimPy would have computed, step by step, so results are identical to running every step through it.
@@ -28,19 +34,47 @@ from specplan.simulator.step import EMITTED, FINISHED, commit_step, price_step
 PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
 
 
+def advance_clock(env, t: float) -> None:
+    """Move a SimPy environment's clock to ``t`` after a span: strictly before the next queued event,
+    so SimPy would have reached the same time with nothing run in between (it has no public call
+    for this)."""
+    env._now = t
+
+
 @njit(cache=True)
 def run_span(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled, pending,
              emits, first_token, finish, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
              chunked, num_blocks, block_size, stamp, coefficients, slowdown, rows, q_sched, q, ctx, width, resident,
              terms, no_drafting, none, accepted_hist, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
-             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, out,
-             out_time):
+             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, max_active,
+             resume_n, resume_start, resume_step, out, out_time):
     """Run draft-free iterations from ``now`` until one of the module's stops; ``out`` returns
     (status, last iteration number, its rows, emission rows, iteration rows) and ``out_time`` the
-    clock and, when pending, that step's seconds."""
+    clock and, when pending, that step's seconds.
+
+    With ``resume_n`` rows, the last span's pending step (still in the step buffers, begun at
+    ``resume_start`` for ``resume_step`` seconds) ends now and is committed first; it comes back ``COMMITTED`` when Python has
+    something to do after it: the module's stops, or a waiting request that now has room
+    (``max_active``)."""
     t = now
     status = FULL
     n = 0
+    if resume_n:
+        n = resume_n
+        record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
+            it, resume_start, resume_step, counters[N_ACTIVE], num_queued, 0, 0)
+        if not _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target,
+                       generated, emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size,
+                       em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats):
+            status = KV_BROKEN
+        elif _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time) or (num_queued and counters[N_ACTIVE] < max_active):
+            status = COMMITTED
+        em_n += stats[EMITTED]
+        it_n += 1
+        if status != FULL:
+            out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
+            out_time[0] = t
+            return
     while it_n < len(iteration_log) and em_n + max_batch_size <= len(em_request):
         n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
                           disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
@@ -65,20 +99,36 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
         t = t + step
         record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
             it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
-        ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
-                         ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
-                         num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
-                         record, finished, stats)
+        ok = _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target,
+                     generated, emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size,
+                     em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats)
         em_n += stats[EMITTED]
         it_n += 1
         if not ok:
             status = KV_BROKEN
             break
-        prefilled = False
-        for i in range(n):
-            prefilled = prefilled or ctx[i]
-        if stats[FINISHED] or (stop_on_prefill and prefilled) or t >= max_sim_time:
+        if _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time):
             status = COMMITTED
             break
     out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
     out_time[0] = t
+
+
+@njit(cache=True)
+def _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target, generated,
+            emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size, em_request, em_time,
+            em_tokens, em_n, iteration_log, it_n, record, finished, stats):
+    # A draft-free step's commit (no drafts, nothing drafted or accepted).
+    return commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
+                       ctx_target, generated, emits, first_token, finish, held, reserved, act, counters, num_blocks,
+                       block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats)
+
+
+@njit(cache=True)
+def _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time):
+    # A committed step after which Python has work: a completion, a prefill chunk under prefix
+    # caching (the cache records computed blocks), or the end of simulated time.
+    prefilled = False
+    for i in range(n):
+        prefilled = prefilled or ctx[i]
+    return stats[FINISHED] > 0 or (stop_on_prefill and prefilled) or t >= max_sim_time
