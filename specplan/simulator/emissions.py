@@ -29,13 +29,18 @@ def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
 
 class EmissionLog:
     """Rows of (request index, time, tokens committed) in the order the executor emitted them, which
-    is simulated-time order. Columns double in capacity when full, so appends are amortised O(1)."""
+    is simulated-time order. Columns double in capacity when full, so appends are amortised O(1).
 
-    def __init__(self) -> None:
+    ``capacity`` is the rows to make room for at first: the executor gives the output tokens it
+    expects (a row commits at least one), so a run seldom grows its log. Room never written costs
+    no memory, while each doubling copies the log into fresh pages."""
+
+    def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
         self.n = 0
-        self.request = np.empty(_FIRST_CAPACITY, dtype=np.int32)
-        self.time = np.empty(_FIRST_CAPACITY, dtype=np.float64)
-        self.tokens = np.empty(_FIRST_CAPACITY, dtype=np.int32)
+        capacity = max(capacity, 1)
+        self.request = np.empty(capacity, dtype=np.int32)
+        self.time = np.empty(capacity, dtype=np.float64)
+        self.tokens = np.empty(capacity, dtype=np.int32)
 
     def __len__(self) -> int:
         return self.n

@@ -38,7 +38,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
-from specplan.simulator.emissions import Trace
+from specplan.simulator.emissions import EmissionLog, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
@@ -55,11 +55,12 @@ class Executor:
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
                  cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False,
                  prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None,
-                 compact_slots: bool = False) -> None:
+                 compact_slots: bool = False, share: float = 1.0) -> None:
         # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
         # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
         # With ``compact_slots`` a request gets the next free slot when it arrives (a fleet's replica
         # holds its own requests only, so a step's rows lie close in memory); otherwise slot = id.
+        # ``share`` is the part of the workload the replica expects, which sizes its emission log.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -86,7 +87,8 @@ class Executor:
                                            settings.max_draft_len)
             if settings.vllm_ranges is not None else None
         )
-        self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64))
+        self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64),
+                           emissions=EmissionLog(int(share * workload.output_lens.sum()) + settings.max_batch_size))
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # arrived, not yet active (FIFO)

@@ -77,7 +77,7 @@ class Fleet:
             self.replicas.append(Executor(
                 resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, oracle, costs[rcfg.cost.tp], cfg.max_sim_time_s,
                 prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend,
-                compact_slots=True))
+                compact_slots=True, share=1.0 / cfg.cluster.replicas))
         self.costs = costs
 
     def load(self) -> Load:
