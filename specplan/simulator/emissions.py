@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 
 _FIRST_CAPACITY = 1 << 12
+_MOST_AT_FIRST = 1 << 26
 
 #: The iteration log's columns, in order (``metrics.iteration_table``).
 ITERATION_FIELDS = (
@@ -33,11 +34,12 @@ class EmissionLog:
 
     ``capacity`` is the rows to make room for at first: the executor gives the output tokens it
     expects (a row commits at least one), so a run seldom grows its log. Room never written costs
-    no memory, while each doubling copies the log into fresh pages."""
+    no memory, while each doubling copies the log into fresh pages; past ``_MOST_AT_FIRST`` rows
+    (1 GiB of address space) the log grows instead."""
 
     def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
         self.n = 0
-        capacity = max(capacity, 1)
+        capacity = min(max(capacity, 1), _MOST_AT_FIRST)
         self.request = np.empty(capacity, dtype=np.int32)
         self.time = np.empty(capacity, dtype=np.float64)
         self.tokens = np.empty(capacity, dtype=np.int32)
