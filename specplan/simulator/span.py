@@ -53,9 +53,9 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
     clock and, when pending, that step's seconds.
 
     With ``resume_n`` rows, the last span's pending step (still in the step buffers, begun at
-    ``resume_start`` for ``resume_step`` seconds) ends now and is committed first; it comes back ``COMMITTED`` when Python has
-    something to do after it: the module's stops, or a waiting request that now has room
-    (``max_active``)."""
+    ``resume_start`` for ``resume_step`` seconds) ends now and is committed first; it comes back
+    ``COMMITTED`` when Python has something to do after it: the module's stops, or a waiting
+    request that now has room (``max_active``)."""
     t = now
     status = FULL
     n = 0
