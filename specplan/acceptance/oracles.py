@@ -80,6 +80,9 @@ def _budget(k, output_len, committed):
     return max(min(k, output_len - committed - 1), 0)
 
 
+_OFFSET, _SIZE, _STEPS, _OUTPUT_LEN = range(4)  # the columns of ``_PerRequestUniforms._meta``
+
+
 class _PerRequestUniforms:
     """A fixed block of uniforms per request, indexed by that request's speculative step count.
 
@@ -87,16 +90,16 @@ class _PerRequestUniforms:
     output token). Its i-th speculative step always uses the same value, whatever the batch around
     it, so runs that differ only in scheduling see identical per-request acceptance sequences, and
     the lookup is one compiled pass per iteration. A request's offset, block size, step count and
-    output length are one row of ``meta``, so a draw reads one cache line of it per request (a
+    output length are one row of ``_meta``, so a draw reads one cache line of it per request (a
     fleet's replica holds every eighth request, say, and a row per array would be a line per array).
     """
 
     def __init__(self, seed: int, output_lens: np.ndarray) -> None:
         sizes = np.maximum(output_lens, 1)
-        self.meta = np.zeros((len(output_lens), 4), dtype=np.int64)
-        self.meta[:, OFFSET] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self.meta[:, SIZE] = sizes
-        self.meta[:, OUTPUT_LEN] = output_lens
+        self._meta = np.zeros((len(output_lens), 4), dtype=np.int64)
+        self._meta[:, _OFFSET] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self._meta[:, _SIZE] = sizes
+        self._meta[:, _OUTPUT_LEN] = output_lens
         self._seed = seed
         self._u: np.ndarray | None = None  # drawn on first use: a run without speculation never asks
 
@@ -105,11 +108,8 @@ class _PerRequestUniforms:
         ``survival`` its next uniform is below, capped at drafted (the inverse-CDF draw of the
         accepted prefix); one compiled pass."""
         if self._u is None:
-            self._u = np.random.default_rng(self._seed).random(int(self.meta[:, SIZE].sum()), dtype=np.float32)
-        return _draw_accepted(rids, committed, k, survival, self._u, self.meta)
-
-
-OFFSET, SIZE, STEPS, OUTPUT_LEN = range(4)  # the columns of ``_PerRequestUniforms.meta``
+            self._u = np.random.default_rng(self._seed).random(int(self._meta[:, _SIZE].sum()), dtype=np.float32)
+        return _draw_accepted(rids, committed, k, survival, self._u, self._meta)
 
 
 @njit(cache=True)
@@ -117,9 +117,9 @@ def _draw_accepted(rids, committed, k, survival, u, meta):
     drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
         m = meta[rids[i]]
-        drafted[i] = _budget(k, m[OUTPUT_LEN], committed[i])
-        x = u[m[OFFSET] + min(m[STEPS], m[SIZE] - 1)]
-        m[STEPS] += 1
+        drafted[i] = _budget(k, m[_OUTPUT_LEN], committed[i])
+        x = u[m[_OFFSET] + min(m[_STEPS], m[_SIZE] - 1)]
+        m[_STEPS] += 1
         hits = 0
         for s in survival:
             if x < s:
