@@ -195,21 +195,32 @@ def test_spans_match_one_step_at_a_time(monkeypatch):
 
 def test_fleet_spans_match_one_step_at_a_time(monkeypatch):
     """A fleet's replicas interleave, so their spans mostly end pending and the next span commits
-    the step first; with a load-reading router and sessions, that must give the run every step
-    through SimPy gives."""
+    the step first; with a load-reading router and multi-turn sessions (MT-Bench), that must give
+    the run every step through SimPy gives."""
     from specplan.simulator.engine import Executor
 
+    commits = []
+    real = Executor._commit
+
+    def counted(self, *args):
+        commits.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(Executor, "_commit", counted)
     data = {"seed": 2, "engine": {"max_batch_size": 8, "max_num_tokens": 2048, "max_num_active_requests": 10},
             "speculation": {"decoding_type": "none"},
-            "workload": {"trace": "specbench", "num_requests": 60, "arrival": "poisson", "rate": 30.0},
+            "workload": {"trace": "mtbench", "num_requests": 60, "arrival": "poisson", "rate": 30.0},
             "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"},
             "cluster": {"replicas": 3, "router": "least_outstanding"}}
     for workload in ({}, {"arrival": "closed_loop", "concurrency": 20}):
         cfg = build_config({**data, "workload": {**data["workload"], **workload}})
+        commits.clear()
         fast = simulate(cfg)
+        assert not commits  # every step was committed in a span, pending ones by the next span
         with monkeypatch.context() as m:
             m.setattr(Executor, "_spans", lambda self: False)
             slow = simulate(cfg)
+        assert len(commits) == slow.summary["iterations"]
         for a, b in zip(_tables(fast), _tables(slow)):
             pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert fast.summary == slow.summary

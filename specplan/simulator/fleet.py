@@ -9,9 +9,9 @@ any replica come back to the one frontend, which sends sessions' next turns and 
 
 Request ids are global; each replica holds its own requests in compact slots (in the order they
 reach it) and maps them back to ids, and the fleet's tables take each request's row from the
-replica it was routed to. Metrics come per replica and for
-the fleet; the fleet's summary has the same keys as a single run's. Each replica has its own
-prefix cache when the engine has prefix caching on, so session affinity keeps a session's prefix hits.
+replica it was routed to. Metrics come per replica and for the fleet; the fleet's summary has the
+same keys as a single run's. Each replica has its own prefix cache when the engine has prefix
+caching on, so session affinity keeps a session's prefix hits.
 
 Speed: a replica's compiled spans (``specplan.simulator.span``) end before the next queued event,
 which in a fleet is mostly another replica's step, so draft-free fleets go through SimPy about once

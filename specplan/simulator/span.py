@@ -10,7 +10,7 @@ at a time, and returns to SimPy when
   scheduled and priced, and the executor yields its timeout as usual);
 - a step completed a request, ran a prefill chunk under prefix caching, or reached
   ``max_sim_time`` (``COMMITTED``: the executor does the Python side of that step);
-- a pending step was resumed and committed while requests wait for room that it freed
+- a resumed pending step was committed and requests that arrived during it have room
   (``COMMITTED`` as well: they are admitted in Python);
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
 
@@ -53,29 +53,31 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
     clock and, when pending, that step's seconds.
 
     With ``resume_n`` rows, the last span's pending step (still in the step buffers, begun at
-    ``resume_start`` for ``resume_step`` seconds) ends now and is committed first; it comes back
-    ``COMMITTED`` when Python has something to do after it: the module's stops, or a waiting
-    request that now has room (``max_active``)."""
+    ``resume_start`` for ``resume_step`` seconds) ends now and is committed first. Every committed
+    step comes back ``COMMITTED`` when Python has something to do after it: the module's stops, or
+    a waiting request with room in the active set (``max_active``), which only a resumed step meets
+    without a completion: requests arrive during its timeout, never inside a span."""
     t = now
-    status = FULL
-    n = 0
-    if resume_n:
-        n = resume_n
-        record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
-            it, resume_start, resume_step, counters[N_ACTIVE], num_queued, 0, 0)
-        if not _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target,
-                       generated, emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size,
-                       em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats):
-            status = KV_BROKEN
-        elif _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time) or (num_queued and counters[N_ACTIVE] < max_active):
-            status = COMMITTED
-        em_n += stats[EMITTED]
-        it_n += 1
-        if status != FULL:
-            out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
-            out_time[0] = t
-            return
-    while it_n < len(iteration_log) and em_n + max_batch_size <= len(em_request):
+    n, start, step = resume_n, resume_start, resume_step  # the step that ends at t, if any
+    while True:
+        if n:
+            record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
+                it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
+            ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
+                             ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
+                             num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
+                             record, finished, stats)
+            em_n += stats[EMITTED]
+            it_n += 1
+            if not ok:
+                status = KV_BROKEN
+                break
+            if _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time) or (num_queued and counters[N_ACTIVE] < max_active):
+                status = COMMITTED
+                break
+        if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request):
+            status = FULL
+            break
         n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
                           disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
                           max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
@@ -97,31 +99,8 @@ def run_span(act, counters, plen, olen, computed, ctx_target, generated, started
             break
         start = t
         t = t + step
-        record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
-            it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
-        ok = _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target,
-                     generated, emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size,
-                     em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats)
-        em_n += stats[EMITTED]
-        it_n += 1
-        if not ok:
-            status = KV_BROKEN
-            break
-        if _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time):
-            status = COMMITTED
-            break
     out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
     out_time[0] = t
-
-
-@njit(cache=True)
-def _commit(rows, q_sched, q, ctx, n, no_drafting, none, accepted_hist, t, plen, olen, computed, ctx_target, generated,
-            emits, first_token, finish, held, reserved, act, counters, num_blocks, block_size, em_request, em_time,
-            em_tokens, em_n, iteration_log, it_n, record, finished, stats):
-    # A draft-free step's commit (no drafts, nothing drafted or accepted).
-    return commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
-                       ctx_target, generated, emits, first_token, finish, held, reserved, act, counters, num_blocks,
-                       block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n, record, finished, stats)
 
 
 @njit(cache=True)
