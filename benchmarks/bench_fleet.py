@@ -5,15 +5,19 @@ serving its share of them (the same per-replica load: 64 closed-loop clients, as
 Prints simulated output tokens per CPU-second for both, and their ratio. Target (issue 21): the
 fleet keeps the single replica's per-token speed within 20% (ratio >= 0.8).
 
-The machine's speed drifts, so the comparison is made in ``--repeat`` rounds, each the same work
-twice: one replica's share run 8 times, half before and half after the fleet run. A round's ratio
-is the fleet's tokens per CPU-second over the 8 one-replica runs' together; the median round is
-the figure, the least times' ratio is printed beside it. Each CPU time is one whole ``simulate``
-call (workload, replicas, loop, summaries); the user-CPU ratio and the system CPU (the kernel's
-first touches of fresh memory: 100k requests' tokens and logs against 12.5k's, whose memory each
-run reuses from the last) are printed beside it. ``--same-workload`` also runs one replica on every
-request: the same workload and work as the fleet, through one engine. ``--no-speculation`` turns
-speculation off (the Vidur-shaped benchmark's case, where one replica runs in compiled spans).
+Each measured run is one ``simulate`` call (workload, replicas, loop, summaries) in a process of
+its own, after a small warm-up run there (imports, compiled-code caches): a user runs one scenario
+per process, and its first touches of the memory it needs (system CPU) are part of its cost. Runs
+in one process would let each one-replica run reuse the pages the previous one freed, which a
+fleet, holding eight replicas' state at once, cannot.
+
+The machine's speed drifts, so the comparison is made in ``--repeat`` rounds: one replica's share
+run 8 times, half before and half after the fleet run. A round's ratio is the fleet's tokens per
+CPU-second over the 8 one-replica runs' together; the median round is the figure, the least times'
+ratio is printed beside it, and so are the user-CPU ratio and the system CPU. ``--same-workload``
+also runs one replica on every request: the same workload and work as the fleet, through one
+engine. ``--no-speculation`` turns speculation off (the Vidur-shaped benchmark's case, where one
+replica runs in compiled spans).
 
 Usage: ``python benchmarks/bench_fleet.py [--requests 100000] [--output-len 200] [--repeat 3]
 [--same-workload] [--no-speculation]``.
@@ -22,8 +26,11 @@ Usage: ``python benchmarks/bench_fleet.py [--requests 100000] [--output-len 200]
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 from specplan.config import build_config
@@ -48,15 +55,29 @@ def scenario(replicas: int, requests: int, output_len: int, clients: int = CLIEN
     })
 
 
-def measure(cfg) -> tuple[dict, float, float]:
-    """The summary, the CPU seconds and the system CPU seconds of one run (the kernel's share:
-    mostly first touches of fresh memory, which a workload of 100k requests has 8 times as much of)."""
+def measure(replicas: int, requests: int, output_len: int, speculate: bool) -> tuple[dict, float, float]:
+    """The summary, the CPU seconds and the system CPU seconds of one run, in a process of its own
+    (the summary holds that process's peak memory too)."""
+    argv = [sys.executable, __file__, "--child", str(replicas), str(requests), str(output_len), str(int(speculate))]
+    out = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+    return out["summary"], out["cpu"], out["sys"]
+
+
+def child(replicas: int, requests: int, output_len: int, speculate: bool) -> None:
+    simulate(scenario(1, 256, output_len, speculate=speculate))  # warm-up (imports, first-call costs)
+    cfg = scenario(replicas, requests, output_len, speculate=speculate)
     t0, s0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     res = simulate(cfg)
-    return res.summary, time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_stime - s0
+    cpu, sys_cpu = time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_stime - s0
+    summary = {k: res.summary[k] for k in ("output_tokens", "completed_requests", "iterations")}
+    summary["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"summary": summary, "cpu": cpu, "sys": sys_cpu}))
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        replicas, requests, output_len, speculate = map(int, sys.argv[2:6])
+        return child(replicas, requests, output_len, bool(speculate))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--output-len", type=int, default=200)
@@ -65,14 +86,13 @@ def main() -> None:
     ap.add_argument("--no-speculation", action="store_true", help="speculation off (the Vidur-shaped benchmark's case)")
     args = ap.parse_args()
     spec = not args.no_speculation
-    simulate(scenario(1, 256, args.output_len, speculate=spec))  # warm-up (imports, first-call costs)
-    one_cfg = scenario(1, args.requests // REPLICAS, args.output_len, speculate=spec)
-    fleet_cfg = scenario(REPLICAS, args.requests, args.output_len, speculate=spec)
+    one_run = (1, args.requests // REPLICAS, args.output_len, spec)
+    fleet_run = (REPLICAS, args.requests, args.output_len, spec)
     singles, fleets, ratios, user_ratios, sys_one, sys_fleet = [], [], [], [], [], []
     for _ in range(args.repeat):
-        before = [measure(one_cfg) for _ in range(REPLICAS // 2)]
-        fleet, cpu_fleet, sys_f = measure(fleet_cfg)
-        after = [measure(one_cfg) for _ in range(REPLICAS - REPLICAS // 2)]
+        before = [measure(*one_run) for _ in range(REPLICAS // 2)]
+        fleet, cpu_fleet, sys_f = measure(*fleet_run)
+        after = [measure(*one_run) for _ in range(REPLICAS - REPLICAS // 2)]
         one, cpu_ones, sys_ones = before[0][0], [r[1] for r in before + after], [r[2] for r in before + after]
         singles += cpu_ones
         fleets.append(cpu_fleet)
@@ -93,11 +113,11 @@ def main() -> None:
     print(f"  user CPU alone: {statistics.median(user_ratios):.3f} (median round); system CPU per round: "
           f"{statistics.median(sys_fleet):.2f} s for the fleet, {statistics.median(sys_one):.2f} s for the 8 one-replica runs")
     if args.same_workload:
-        whole, cpu_whole, _ = measure(scenario(1, args.requests, args.output_len, speculate=spec))
+        whole, cpu_whole, _ = measure(1, args.requests, args.output_len, spec)
         speed_whole = whole["output_tokens"] / cpu_whole
         print(f"one replica, all {whole['completed_requests']} requests: {cpu_whole:.2f} CPU-s, {speed_whole:,.0f} tokens "
               f"per CPU-second; fleet / that: {speed_fleet / speed_whole:.3f}")
-    print(f"peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    print(f"peak memory: {fleet['peak_mib']:,.0f} MiB for the fleet's process, {one['peak_mib']:,.0f} MiB for one replica's")
 
 
 if __name__ == "__main__":

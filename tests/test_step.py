@@ -227,6 +227,31 @@ def test_fleet_spans_match_one_step_at_a_time(monkeypatch):
         assert fast.description == slow.description
 
 
+def test_spans_follow_state_and_logs_into_new_arrays(monkeypatch):
+    """A replica's ``SpanState`` holds its arrays; when the request state (compact slots, 64 at first)
+    or a log grows into new ones mid-run, the spans must write to those, as every step through
+    SimPy does."""
+    from specplan.simulator import emissions
+    from specplan.simulator.engine import Executor
+
+    monkeypatch.setattr(emissions, "_FIRST_CAPACITY", 16)
+    monkeypatch.setattr(emissions, "_MOST_AT_FIRST", 64)
+    data = {"seed": 4, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
+            "speculation": {"decoding_type": "none"},
+            "workload": {"trace": "specbench", "num_requests": 300, "arrival": "closed_loop", "concurrency": 16},
+            "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"},
+            "cluster": {"replicas": 2, "router": "round_robin"}}
+    cfg = build_config(data)
+    fast = simulate(cfg)
+    assert fast.summary["completed_requests"] == 300 and fast.summary["iterations"] > 16
+    with monkeypatch.context() as m:
+        m.setattr(Executor, "_spans", lambda self: False)
+        slow = simulate(cfg)
+    for a, b in zip(_tables(fast), _tables(slow)):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert fast.summary == slow.summary
+
+
 def test_a_latched_gate_spans_the_rest_of_the_run():
     data = {"seed": 1, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
             "speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1,

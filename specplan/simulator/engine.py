@@ -25,6 +25,7 @@ event run back to back in one compiled call (``specplan.simulator.span``).
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import numpy as np
@@ -105,6 +106,7 @@ class Executor:
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
+        self._span = self._of = None  # the span.SpanState and the arrays it was built of
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
@@ -297,21 +299,14 @@ class Executor:
         (the rows, start and seconds of the last span's pending step, which ends now) when given;
         returns its status, the last iteration number, that iteration's rows and, when pending, its
         step seconds."""
-        s, st, log, its = self.s, self.st, self.trace.emissions, self.trace.iterations
-        resume_n, resume_start, resume_step = resume or (0, 0.0, 0.0)
-        log.reserve(s.max_batch_size)
+        log, its, out, clock = self.trace.emissions, self.trace.iterations, self._span_out, self._span_time
+        log.reserve(self.s.max_batch_size)
         its.reserve()
-        out, clock = self._span_out, self._span_time
-        span.run_span(
-            st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.started, st.reserved,
-            self.kv.held, st.disable_spec, st.pending_drafted, st.emits, st.first_token, st.finish, self.k_static,
-            self._budget, self._verify_width, self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill,
-            self.kv.num_blocks, self.kv.block_size, self._stamps, self._span_cost,
-            s.piecewise_graph_slowdown, self._rows, self._q_sched, self._q, self._ctx, self._width, self._resident,
-            self._terms, self._no_drafting, self._none, self.trace.accepted_hist, log.request, log.time, log.tokens,
-            log.n, its.rows, its.n, self._record, self._finished, self._stats, self.env.now, self.env.peek(),
-            self._max_time, self.prefix_cache is not None, it, len(self.waiting), s.max_num_active_requests, resume_n,
-            resume_start, resume_step, out, clock)
+        arrays = self.st.plen, log.request, its.rows  # built again once the state or a log grew into new arrays
+        if self._of is None or any(map(operator.is_not, arrays, self._of)):
+            self._span, self._of = span.state_of(self), arrays
+        span.run_span(self._span, log.n, its.n, self.env.now, self.env.peek(), it, len(self.waiting),
+                      *(resume or (0, 0.0, 0.0)))
         status, it, n, log.n, its.n = out.tolist()
         if status == span.NOTHING_FITS:
             raise ConfigError(NOTHING_FITS)
@@ -321,7 +316,7 @@ class Executor:
 
     def run_loop(self):
         s, st = self.s, self.st
-        it = 0
+        it, spanning = 0, False
         resume = None  # a span's pending step, once its timeout ends: the next span commits it first
         while True:
             if resume is None:  # (admission follows that commit, which may free room)
@@ -333,9 +328,10 @@ class Executor:
                     yield self._wakeup
                     self._wakeup = None
                     continue
-            k, spec = self._setup_drafter()
-            drafting, drafted, accepted, q = self._no_drafting, self._none, self._none, self._q
-            if not spec and self._spans():
+            if not spanning:  # once a replica spans, it always does (``_spans``)
+                k, spec = self._setup_drafter()
+                spanning = not spec and self._spans()
+            if spanning:
                 status, it, n, step_s = self._run_span(it, resume)
                 resume = None
                 self._last_scheduled = n
@@ -350,6 +346,7 @@ class Executor:
                 resume = n, start, step_s
                 continue
             it += 1
+            drafting, drafted, accepted, q = self._no_drafting, self._none, self._none, self._q
             n = self._schedule(spec, k)
             rows, ctx_rows = self._rows[:n], self._ctx[:n]
             if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":

@@ -25,6 +25,8 @@ SimPy would have computed, step by step, so results are identical to running eve
 from __future__ import annotations
 
 from numba import njit
+from numba.core import types
+from numba.experimental import structref
 
 from specplan.cost_models.roofline import roofline_step_time
 from specplan.simulator.scheduler import schedule_step
@@ -32,6 +34,54 @@ from specplan.simulator.state import N_ACTIVE
 from specplan.simulator.step import EMITTED, FINISHED, commit_step, price_step
 
 PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
+
+#: What a replica's spans read and write that stays the same object from call to call: the request
+#: state, the step buffers, the logs and the settings. One ``SpanState`` passes them all: a call
+#: that took them one by one spent 5 us in numba's argument checks, more than a fleet's spans,
+#: which are mostly one step, spend on the step itself.
+SPAN_FIELDS = (
+    "act", "counters", "plen", "olen", "computed", "ctx_target", "generated", "started", "reserved", "held",
+    "disabled", "pending", "emits", "first_token", "finish", "k_static", "budget_rule", "verify_width", "policy",
+    "max_num_tokens", "max_batch_size", "chunked", "num_blocks", "block_size", "stamp", "coefficients", "slowdown",
+    "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
+    "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
+    "stop_on_prefill", "max_active", "out", "out_time",
+)
+
+
+@structref.register
+class SpanStateType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class SpanState(structref.StructRefProxy):
+    """``SPAN_FIELDS`` of one replica, for ``run_span`` (build it with ``span_state``)."""
+
+
+structref.define_proxy(SpanState, SpanStateType, list(SPAN_FIELDS))
+
+
+@njit(cache=True)
+def span_state(*fields):
+    """A ``SpanState`` of ``SPAN_FIELDS``' values, in order (compiled and cached: the proxy's own
+    constructor compiles anew in every process)."""
+    return SpanState(*fields)
+
+
+def state_of(ex) -> SpanState:
+    """An executor's (``specplan.simulator.engine.Executor``) arrays and settings as ``run_span``
+    takes them; valid until its request state or a log grows into new arrays."""
+    s, st, log, its = ex.s, ex.st, ex.trace.emissions, ex.trace.iterations
+    return span_state(
+        st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.started, st.reserved,
+        ex.kv.held, st.disable_spec, st.pending_drafted, st.emits, st.first_token, st.finish, int(ex.k_static),
+        int(ex._budget), int(ex._verify_width), int(ex._policy), int(s.max_num_tokens), int(s.max_batch_size),
+        bool(s.chunked_prefill), int(ex.kv.num_blocks), int(ex.kv.block_size), bool(ex._stamps), ex._span_cost,
+        float(s.piecewise_graph_slowdown), ex._rows, ex._q_sched, ex._q, ex._ctx, ex._width, ex._resident, ex._terms,
+        ex._no_drafting, ex._none, ex.trace.accepted_hist, log.request, log.time, log.tokens, its.rows, ex._record,
+        ex._finished, ex._stats, float(ex._max_time), ex.prefix_cache is not None, int(s.max_num_active_requests),
+        ex._span_out, ex._span_time)
 
 
 def advance_clock(env, t: float) -> None:
@@ -42,65 +92,66 @@ def advance_clock(env, t: float) -> None:
 
 
 @njit(cache=True)
-def run_span(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled, pending,
-             emits, first_token, finish, k_static, budget_rule, verify_width, policy, max_num_tokens, max_batch_size,
-             chunked, num_blocks, block_size, stamp, coefficients, slowdown, rows, q_sched, q, ctx, width, resident,
-             terms, no_drafting, none, accepted_hist, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
-             record, finished, stats, now, horizon, max_sim_time, stop_on_prefill, it, num_queued, max_active,
-             resume_n, resume_start, resume_step, out, out_time):
+def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start, resume_step):
     """Run draft-free iterations from ``now`` until one of the module's stops; ``out`` returns
     (status, last iteration number, its rows, emission rows, iteration rows) and ``out_time`` the
-    clock and, when pending, that step's seconds.
+    clock and, when pending, that step's seconds; both are fields of ``a``, the replica's
+    ``SpanState``. The arguments are what changes from call to call.
 
     With ``resume_n`` rows, the last span's pending step (still in the step buffers, begun at
     ``resume_start`` for ``resume_step`` seconds) ends now and is committed first. Every committed
     step comes back ``COMMITTED`` when Python has something to do after it: the module's stops, or
     a waiting request with room in the active set (``max_active``), which only a resumed step meets
     without a completion: requests arrive during its timeout, never inside a span."""
+    counters, rows, q_sched, q, ctx, terms, stats = a.counters, a.rows, a.q_sched, a.q, a.ctx, a.terms, a.stats
     t = now
     n, start, step = resume_n, resume_start, resume_step  # the step that ends at t, if any
     while True:
         if n:
+            record = a.record
             record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
                 it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
-            ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, accepted_hist, t, plen, olen, computed,
-                             ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
-                             num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
-                             record, finished, stats)
+            ok = commit_step(rows, q_sched, q, ctx, n, a.no_drafting, a.none, a.none, a.accepted_hist, t, a.plen,
+                             a.olen, a.computed, a.ctx_target, a.generated, a.emits, a.first_token, a.finish, a.held,
+                             a.reserved, a.act, counters, a.num_blocks, a.block_size, a.em_request, a.em_time,
+                             a.em_tokens, em_n, a.iteration_log, it_n, record, a.finished, stats)
             em_n += stats[EMITTED]
             it_n += 1
             if not ok:
                 status = KV_BROKEN
                 break
-            if _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time) or (num_queued and counters[N_ACTIVE] < max_active):
+            if (_stops(ctx, n, stats, a.stop_on_prefill, t, a.max_sim_time)
+                    or (num_queued and counters[N_ACTIVE] < a.max_active)):
                 status = COMMITTED
                 break
-        if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request):
+        if it_n == len(a.iteration_log) or em_n + a.max_batch_size > len(a.em_request):
             status = FULL
             break
-        n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
-                          disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
-                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
+        n = schedule_step(a.act, counters, a.plen, a.olen, a.computed, a.ctx_target, a.generated, a.started,
+                          a.reserved, a.held, a.disabled, a.pending, False, a.stamp, 0, a.k_static, a.budget_rule,
+                          a.verify_width, a.policy, a.max_num_tokens, a.max_batch_size, a.chunked, a.num_blocks,
+                          a.block_size, rows, q_sched, ctx, a.width)
         if n == 0:
             status = NOTHING_FITS
             break
-        if not price_step(rows, q_sched, q, ctx, n, True, plen, generated, computed, held, counters, num_blocks,
-                          block_size, resident, terms):
+        if not price_step(rows, q_sched, q, ctx, n, True, a.plen, a.generated, a.computed, a.held, counters,
+                          a.num_blocks, a.block_size, a.resident, terms):
             status = KV_BROKEN
             break
-        step = roofline_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
+        step = roofline_step_time(a.coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
                                   terms[5], terms[6])
-        if slowdown > 0:
-            step /= 1.0 - slowdown
+        if a.slowdown > 0:
+            step /= 1.0 - a.slowdown
         it += 1
         if not t + step < horizon:
             status = PENDING
-            out_time[1] = step
+            a.out_time[1] = step
             break
         start = t
         t = t + step
+    out = a.out
     out[0], out[1], out[2], out[3], out[4] = status, it, n, em_n, it_n
-    out_time[0] = t
+    a.out_time[0] = t
 
 
 @njit(cache=True)
