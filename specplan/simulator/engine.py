@@ -25,7 +25,6 @@ event run back to back in one compiled call (``specplan.simulator.span``).
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import numpy as np
@@ -44,10 +43,8 @@ from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.paths import PATHS
-from specplan.simulator.scheduler import POLICIES, ScheduleDecision, check_fits, schedule_step
+from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, POLICIES, ScheduleDecision, check_fits, schedule_step
 from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
-
-NOTHING_FITS = "engine: nothing fits in one iteration (max_num_tokens below one request's need)"
 
 
 class Executor:
@@ -107,6 +104,7 @@ class Executor:
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         self._span = self._of = None  # the span.SpanState and the arrays it was built of
+        self.stepper = None  # a fleet's ``fleet_loop.Stepper``, which runs held steps of all replicas
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
@@ -134,6 +132,8 @@ class Executor:
         if self.compact_slots:
             rid = self.st.add(rid, int(self.w.prompt_lens[rid]), int(self.w.output_lens[rid]))
         self.waiting.append(rid)
+        if self.stepper is not None:
+            self.stepper.queued(self)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -231,7 +231,7 @@ class Executor:
                           self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill, self.kv.num_blocks,
                           self.kv.block_size, self._rows, self._q_sched, self._ctx, self._width)
         if n == 0:
-            raise ConfigError(NOTHING_FITS)
+            raise ConfigError(NOTHING_FITS_MESSAGE)
         return n
 
     def _price(self, n: int, q: np.ndarray, no_drafts: bool) -> float:
@@ -297,22 +297,14 @@ class Executor:
     def _run_span(self, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
         """Run a compiled span from now (see ``specplan.simulator.span``), first committing ``resume``
         (the rows, start and seconds of the last span's pending step, which ends now) when given;
-        returns its status, the last iteration number, that iteration's rows and, when pending, its
-        step seconds."""
-        log, its, out, clock = self.trace.emissions, self.trace.iterations, self._span_out, self._span_time
+        returns ``span.result``."""
+        log, its = self.trace.emissions, self.trace.iterations
         log.reserve(self.s.max_batch_size)
         its.reserve()
-        arrays = self.st.plen, log.request, its.rows  # built again once the state or a log grew into new arrays
-        if self._of is None or any(map(operator.is_not, arrays, self._of)):
-            self._span, self._of = span.state_of(self), arrays
-        span.run_span(self._span, log.n, its.n, self.env.now, self.env.peek(), it, len(self.waiting),
+        horizon = self.env.peek() if self.stepper is None else self.stepper.horizon()
+        span.run_span(span.state_for(self), log.n, its.n, self.env.now, horizon, it, len(self.waiting),
                       *(resume or (0, 0.0, 0.0)))
-        status, it, n, log.n, its.n = out.tolist()
-        if status == span.NOTHING_FITS:
-            raise ConfigError(NOTHING_FITS)
-        self.kv.check(status != span.KV_BROKEN)
-        span.advance_clock(self.env, float(clock[0]))
-        return status, it, n, float(clock[1])
+        return span.result(self)
 
     def run_loop(self):
         s, st = self.s, self.st
@@ -334,6 +326,8 @@ class Executor:
             if spanning:
                 status, it, n, step_s = self._run_span(it, resume)
                 resume = None
+                if status == span.PENDING and self.stepper is not None:  # the fleet's loop commits it, spans on
+                    status, it, n, step_s = yield self.stepper.hold(self, it, n, step_s)
                 self._last_scheduled = n
                 if status == span.FULL:
                     continue

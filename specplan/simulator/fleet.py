@@ -13,11 +13,9 @@ replica it was routed to. Metrics come per replica and for the fleet; the fleet'
 same keys as a single run's. Each replica has its own prefix cache when the engine has prefix
 caching on, so session affinity keeps a session's prefix hits.
 
-Speed: a replica's compiled spans (``specplan.simulator.span``) end before the next queued event,
-which in a fleet is mostly another replica's step, so draft-free fleets go through SimPy about once
-per step (each pending step is committed by the next span, not in Python, and the span call takes
-the replica's arrays as one ``SpanState``). One replica runs about 5 steps per event, so a
-draft-free fleet is slower per token; closing that needs one compiled loop over all replicas' steps.
+Speed: draft-free steps of all replicas run in one compiled loop (``specplan.simulator.fleet_loop``):
+a replica whose span ends pending holds its step in the fleet's ``Stepper`` instead of a SimPy
+timeout, and the stepper advances every held step in SimPy's order until one needs Python.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from specplan.config import SimConfig
 from specplan.simulator import metrics
 from specplan.simulator.emissions import Trace
 from specplan.simulator.engine import Executor
+from specplan.simulator.fleet_loop import Stepper
 from specplan.simulator.inputs import Workload
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.router import Load, make_router
@@ -81,6 +80,9 @@ class Fleet:
                 prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend,
                 compact_slots=True, share=1.0 / cfg.cluster.replicas))
         self.costs = costs
+        self.stepper = Stepper(self.env, self.replicas)
+        for ex in self.replicas:
+            ex.stepper = self.stepper
 
     def load(self) -> Load:
         """The replicas' load now: outstanding requests and the fraction of KV blocks in use."""

@@ -22,6 +22,7 @@ from specplan.simulator.kv import blocks_for
 from specplan.simulator.state import KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL
 
 GUARANTEED_NO_EVICT, MAX_UTILIZATION = 0, 1
+NOTHING_FITS_MESSAGE = "engine: nothing fits in one iteration (max_num_tokens below one request's need)"
 POLICIES = {"GUARANTEED_NO_EVICT": GUARANTEED_NO_EVICT, "MAX_UTILIZATION": MAX_UTILIZATION}
 
 

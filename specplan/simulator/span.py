@@ -15,8 +15,9 @@ at a time, and returns to SimPy when
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
 
 A pending step's timeout ends in the executor, which hands it back to the next span to commit
-first (its commit needs no Python unless one of the stops above follows it): a fleet, whose
-replicas' steps interleave, then goes through Python once per step instead of three times.
+first (its commit needs no Python unless one of the stops above follows it). In a fleet, whose
+replicas' steps interleave, the pending step is held by the fleet's loop instead
+(``specplan.simulator.fleet_loop``), which calls ``run_span`` for each replica in turn.
 
 Only costs the compiled code can price (the roofline) span; the clock each span advances is the one
 SimPy would have computed, step by step, so results are identical to running every step through it.
@@ -24,12 +25,15 @@ SimPy would have computed, step by step, so results are identical to running eve
 
 from __future__ import annotations
 
+import operator
+
 from numba import njit
 from numba.core import types
 from numba.experimental import structref
 
 from specplan.cost_models.roofline import roofline_step_time
-from specplan.simulator.scheduler import schedule_step
+from specplan.errors import ConfigError
+from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
 from specplan.simulator.state import N_ACTIVE
 from specplan.simulator.step import EMITTED, FINISHED, commit_step, price_step
 
@@ -84,6 +88,27 @@ def state_of(ex) -> SpanState:
         ex._span_out, ex._span_time)
 
 
+def state_for(ex) -> SpanState:
+    """An executor's ``SpanState`` (kept on it), built again once its state or a log grew into new arrays."""
+    arrays = ex.st.plen, ex.trace.emissions.request, ex.trace.iterations.rows
+    if ex._of is None or any(map(operator.is_not, arrays, ex._of)):
+        ex._span, ex._of = state_of(ex), arrays
+    return ex._span
+
+
+def result(ex) -> tuple[int, int, int, float]:
+    """An executor's last span: its status, last iteration number, that iteration's rows and, when
+    pending, its step seconds. The logs' row counts and the clock follow it; a step that cannot be
+    scheduled or broke the KV accounting raises."""
+    log, its, clock = ex.trace.emissions, ex.trace.iterations, ex._span_time
+    status, it, n, log.n, its.n = ex._span_out.tolist()
+    if status == NOTHING_FITS:
+        raise ConfigError(NOTHING_FITS_MESSAGE)
+    ex.kv.check(status != KV_BROKEN)
+    advance_clock(ex.env, float(clock[0]))
+    return status, it, n, float(clock[1])
+
+
 def advance_clock(env, t: float) -> None:
     """Move a SimPy environment's clock to ``t`` after a span: strictly before the next queued event,
     so SimPy would have reached the same time with nothing run in between (it has no public call
@@ -103,18 +128,29 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     step comes back ``COMMITTED`` when Python has something to do after it: the module's stops, or
     a waiting request with room in the active set (``max_active``), which only a resumed step meets
     without a completion: requests arrive during its timeout, never inside a span."""
-    counters, rows, q_sched, q, ctx, terms, stats = a.counters, a.rows, a.q_sched, a.q, a.ctx, a.terms, a.stats
+    # The fields once into locals: each read of a struct's array field counts a reference, and a
+    # span reads some sixty per step.
+    act, counters, plen, olen, computed, ctx_target = a.act, a.counters, a.plen, a.olen, a.computed, a.ctx_target
+    generated, started, reserved, held = a.generated, a.started, a.reserved, a.held
+    disabled, pending = a.disabled, a.pending
+    emits, first_token, finish, rows, q_sched, q, ctx = a.emits, a.first_token, a.finish, a.rows, a.q_sched, a.q, a.ctx
+    width, resident, terms, no_drafting, none = a.width, a.resident, a.terms, a.no_drafting, a.none
+    hist = a.accepted_hist
+    em_request, em_time, em_tokens, iteration_log = a.em_request, a.em_time, a.em_tokens, a.iteration_log
+    record, finished, stats, coefficients = a.record, a.finished, a.stats, a.coefficients
+    k_static, budget_rule, verify_width, policy, stamp = a.k_static, a.budget_rule, a.verify_width, a.policy, a.stamp
+    max_num_tokens, max_batch_size, chunked, num_blocks, block_size = (a.max_num_tokens, a.max_batch_size, a.chunked,
+                                                                       a.num_blocks, a.block_size)
     t = now
     n, start, step = resume_n, resume_start, resume_step  # the step that ends at t, if any
     while True:
         if n:
-            record = a.record
             record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
                 it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
-            ok = commit_step(rows, q_sched, q, ctx, n, a.no_drafting, a.none, a.none, a.accepted_hist, t, a.plen,
-                             a.olen, a.computed, a.ctx_target, a.generated, a.emits, a.first_token, a.finish, a.held,
-                             a.reserved, a.act, counters, a.num_blocks, a.block_size, a.em_request, a.em_time,
-                             a.em_tokens, em_n, a.iteration_log, it_n, record, a.finished, stats)
+            ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, hist, t, plen, olen, computed,
+                             ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
+                             num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
+                             record, finished, stats)
             em_n += stats[EMITTED]
             it_n += 1
             if not ok:
@@ -124,21 +160,20 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
                     or (num_queued and counters[N_ACTIVE] < a.max_active)):
                 status = COMMITTED
                 break
-        if it_n == len(a.iteration_log) or em_n + a.max_batch_size > len(a.em_request):
+        if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request):
             status = FULL
             break
-        n = schedule_step(a.act, counters, a.plen, a.olen, a.computed, a.ctx_target, a.generated, a.started,
-                          a.reserved, a.held, a.disabled, a.pending, False, a.stamp, 0, a.k_static, a.budget_rule,
-                          a.verify_width, a.policy, a.max_num_tokens, a.max_batch_size, a.chunked, a.num_blocks,
-                          a.block_size, rows, q_sched, ctx, a.width)
+        n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
+                          disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
+                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
         if n == 0:
             status = NOTHING_FITS
             break
-        if not price_step(rows, q_sched, q, ctx, n, True, a.plen, a.generated, a.computed, a.held, counters,
-                          a.num_blocks, a.block_size, a.resident, terms):
+        if not price_step(rows, q_sched, q, ctx, n, True, plen, generated, computed, held, counters, num_blocks,
+                          block_size, resident, terms):
             status = KV_BROKEN
             break
-        step = roofline_step_time(a.coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
+        step = roofline_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
                                   terms[5], terms[6])
         if a.slowdown > 0:
             step /= 1.0 - a.slowdown
