@@ -53,3 +53,22 @@ def cpu_calibration(tmp_path_factory):
                                        str(CPU_CALIBRATION_BUDGET_S), "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """``count_calls(owner, name)`` counts the calls of ``owner.name`` (which still runs) in the
+    list it returns."""
+
+    def wrap(owner, name):
+        calls = []
+        real = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+        return calls
+
+    return wrap

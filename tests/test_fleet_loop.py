@@ -18,15 +18,8 @@ LOCKSTEP = {"seed": 3, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
             "cost": ROOFLINE}
 
 
-def _run_both(cfg, monkeypatch):
-    calls = []
-    real = fleet_loop.run_fleet
-
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(fleet_loop, "run_fleet", counted)
+def _run_both(cfg, monkeypatch, count_calls):
+    calls = count_calls(fleet_loop, "run_fleet")
     fast = simulate(cfg)
     with monkeypatch.context() as m:
         m.setattr(Executor, "_spans", lambda self: False)
@@ -38,11 +31,11 @@ def _run_both(cfg, monkeypatch):
 
 
 @pytest.mark.parametrize("router", ["least_kv", "least_outstanding", "round_robin"])
-def test_lockstep_replicas_tie_in_simpys_order(router, monkeypatch):
+def test_lockstep_replicas_tie_in_simpys_order(router, monkeypatch, count_calls):
     """Identical requests on 4 replicas end their steps at the same instants; with a router that
     reads the replicas' load at each arrival, the order of tied steps decides where requests go."""
     cfg = build_config({**LOCKSTEP, "cluster": {"replicas": 4, "router": router}})
-    fast, calls = _run_both(cfg, monkeypatch)
+    fast, calls = _run_both(cfg, monkeypatch, count_calls)
     it = fast.iterations
     ends = it["start_s"] + it["step_s"]
     tied = it.assign(end=ends).groupby("end")["replica"].nunique()
@@ -50,7 +43,7 @@ def test_lockstep_replicas_tie_in_simpys_order(router, monkeypatch):
     assert 0 < calls < fast.summary["iterations"] / 2  # the compiled loop ran, several steps a call
 
 
-def test_replicas_join_the_loop_as_their_gates_latch(monkeypatch):
+def test_replicas_join_the_loop_as_their_gates_latch(monkeypatch, count_calls):
     """Speculating replicas step through SimPy until their SpeculationGate latches, then hold their
     steps in the fleet's loop, beside replicas still speculating."""
     cfg = build_config({
@@ -60,15 +53,15 @@ def test_replicas_join_the_loop_as_their_gates_latch(monkeypatch):
         "acceptance": {"mode": "alpha", "alpha": 0.3},
         "workload": {"trace": "specbench", "num_requests": 90, "arrival": "poisson", "rate": 25.0},
         "cost": ROOFLINE, "cluster": {"replicas": 3, "router": "least_outstanding"}})
-    fast, calls = _run_both(cfg, monkeypatch)
+    fast, calls = _run_both(cfg, monkeypatch, count_calls)
     per = fast.description["cluster"]["per_replica"]
     assert all(p["gate_tripped_iteration"] is not None for p in per)
     assert len({p["gate_tripped_s"] for p in per}) == 3 and calls > 0  # each latched at its own time
 
 
-def test_max_sim_time_stops_each_replica_in_the_loop(monkeypatch):
+def test_max_sim_time_stops_each_replica_in_the_loop(monkeypatch, count_calls):
     cfg = build_config({**LOCKSTEP, "max_sim_time_s": 0.5, "cluster": {"replicas": 3, "router": "least_outstanding"}})
-    fast, calls = _run_both(cfg, monkeypatch)
+    fast, calls = _run_both(cfg, monkeypatch, count_calls)
     assert calls > 0 and fast.summary["completed_requests"] < 240
     assert np.nanmax(fast.requests["finish_s"]) < 0.5 + fast.iterations["step_s"].max()
 

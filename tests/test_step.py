@@ -163,16 +163,9 @@ def _tables(res):
     return res.requests, res.iterations, res.emissions
 
 
-def test_spans_match_one_step_at_a_time(monkeypatch):
+def test_spans_match_one_step_at_a_time(count_calls):
     """Recording batches sends every step through SimPy one at a time; spans must give the same run."""
-    calls = []
-    real = span.run_span
-
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(span, "run_span", counted)
+    calls = count_calls(span, "run_span")
     for over in ({"workload": {"arrival": "poisson", "rate": 40.0}},
                  {"engine": {"engine": "vllm"}, "workload": {"arrival": "closed_loop", "concurrency": 6}},
                  {"engine": {"capacity_scheduler_policy": "MAX_UTILIZATION", "kv_num_blocks": 400,
@@ -193,20 +186,13 @@ def test_spans_match_one_step_at_a_time(monkeypatch):
         assert fast.summary == slow.summary
 
 
-def test_fleet_spans_match_one_step_at_a_time(monkeypatch):
-    """A fleet's replicas interleave, so their spans mostly end pending and the next span commits
-    the step first; with a load-reading router and multi-turn sessions (MT-Bench), that must give
-    the run every step through SimPy gives."""
+def test_fleet_spans_match_one_step_at_a_time(monkeypatch, count_calls):
+    """A fleet's replicas interleave, so their spans mostly end pending and the fleet's loop runs
+    the held steps (``simulator/fleet_loop.py``); with a load-reading router and multi-turn
+    sessions (MT-Bench), that must give the run every step through SimPy gives."""
     from specplan.simulator.engine import Executor
 
-    commits = []
-    real = Executor._commit
-
-    def counted(self, *args):
-        commits.append(1)
-        return real(self, *args)
-
-    monkeypatch.setattr(Executor, "_commit", counted)
+    commits = count_calls(Executor, "_commit")
     data = {"seed": 2, "engine": {"max_batch_size": 8, "max_num_tokens": 2048, "max_num_active_requests": 10},
             "speculation": {"decoding_type": "none"},
             "workload": {"trace": "mtbench", "num_requests": 60, "arrival": "poisson", "rate": 30.0},

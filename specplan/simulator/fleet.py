@@ -140,13 +140,26 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     req = metrics.request_columns(view)
     traces = [ex.trace for ex in fleet.replicas]
     ems = [metrics.emission_columns(t) for t in traces]
-    gaps = [metrics.inter_token_latencies(e) for e in ems]
+    # The fleet's inter-token gaps are its replicas', replica after replica, in one array whose
+    # slices are each replica's: no time order is needed, since the percentiles do not depend on
+    # the order and the mean is summed in this one, before the replicas' summaries reorder their
+    # slices (``summarize`` partitions the gaps in place).
+    room, gaps, end = np.empty(sum(len(e["time_s"]) for e in ems)), [], 0
+    for e in ems:
+        gaps.append(metrics.inter_token_latencies(e, room[end:]))
+        end += len(gaps[-1])
+    itl_mean = float(room[:end].mean()) if end else None
+    per_replica = []
+    for i, (t, rcfg) in enumerate(zip(traces, replica_configs(cfg))):
+        mine = fleet.assigned == i
+        per_replica.append(metrics.summarize(t, {k: v[mine] for k, v in req.items()}, t.iterations, gaps[i],
+                                             cfg.slo_ttft_s, cfg.slo_tpot_s)
+                           | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
     iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
                   for k in ("batch_rows", "drafted", "accepted", "spec_on")}
-    # The same summary keys, in the same order, as a single run (``run.simulate``). The fleet's
-    # inter-token gaps are its replicas', replica after replica: no time order is needed, since the
-    # percentiles do not depend on the order and the mean is summed in this one.
-    summary = metrics.summarize(view, req, iterations, np.concatenate(gaps), cfg.slo_ttft_s, cfg.slo_tpot_s)
+    # The same summary keys, in the same order, as a single run (``run.simulate``).
+    summary = metrics.summarize(view, req, iterations, room[:end], cfg.slo_ttft_s, cfg.slo_tpot_s)
+    summary["itl_s"]["mean"] = itl_mean
     summary["seed"] = cfg.seed
     caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
     if caches:
@@ -154,12 +167,6 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     samples = view.gate_samples
     summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None
     summary.update({f"drafter_{k}": v for k, v in _drafter_metrics(fleet).items()})
-    per_replica = []
-    for i, (t, rcfg) in enumerate(zip(traces, replica_configs(cfg))):
-        mine = fleet.assigned == i
-        per_replica.append(metrics.summarize(t, {k: v[mine] for k, v in req.items()}, t.iterations, gaps[i],
-                                             cfg.slo_ttft_s, cfg.slo_tpot_s)
-                           | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
     description = {"cost": fleet.replicas[0].cost.describe(),
                    "speculation": cfg.speculation.model_dump(exclude_defaults=True),
                    "cluster": {"replicas": cfg.cluster.replicas, "router": cfg.cluster.router, "gpus": gpus(cfg),

@@ -127,8 +127,8 @@ class Stepper:
         self._out, self._out_time = np.zeros(3, dtype=np.int64), np.zeros(1)
         self._held: list = [None] * num  # each replica's event, fired when its held step needs Python
         self._state = self._of = None  # the FleetState and the SpanStates it holds
-        self._queued: dict = {}  # (time, eid) -> this stepper's event in the SimPy queue
-        self._live = None  # the key of the one that is not stale
+        self._queued: dict = {}  # (time, eid) -> this stepper's events in the SimPy queue
+        self._live = None  # the key of the one at the earliest held step (the others are stale)
         self._passing = False
 
     def hold(self, ex, it: int, n: int, step_s: float) -> simpy.Event:
@@ -159,14 +159,14 @@ class Stepper:
             self._of = spans
         return self._state
 
-    def _pass(self, event=None) -> None:
-        """Run held steps until the queue's head comes first, then wait for the earliest one."""
-        key = (self.env.now, event.eid) if event is not None else None
-        if key is not None:
-            del self._queued[key]
-            if key != self._live:
-                return  # an earlier step was held after this event was queued
-            self._live = None
+    def _pass(self, event: simpy.Event) -> None:
+        """This stepper's event: run held steps until the queue's head comes first, then queue
+        the event of the earliest one."""
+        key = (self.env.now, event.eid)
+        del self._queued[key]
+        if key != self._live:
+            return  # stale: an earlier step was held after this event was queued
+        self._live = None
         env, self._passing = self.env, True
         try:
             while True:

@@ -114,11 +114,12 @@ def emission_table(trace: Trace) -> "pd.DataFrame":
     return pd.DataFrame(emission_columns(trace), copy=False)
 
 
-def inter_token_latencies(emissions: Mapping) -> np.ndarray:
+def inter_token_latencies(emissions: Mapping, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Gaps between consecutive chunks of the same request (the first chunk is TTFT, not ITL), in
     the row order of the later chunk; ``emissions`` has ``request`` and ``time_s`` columns (a
     DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
-    not are put in time order first."""
+    not are put in time order first. With ``out`` (room for a gap a row) the gaps are written at
+    its start and the view of them is returned."""
     times = np.ascontiguousarray(emissions["time_s"], dtype=float)
     rids = np.ascontiguousarray(emissions["request"])
     if times.size == 0:
@@ -126,7 +127,8 @@ def inter_token_latencies(emissions: Mapping) -> np.ndarray:
     if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
-    return _row_order_gaps(rids, times, int(rids.max()) + 1)
+    gaps = np.empty(len(times)) if out is None else out
+    return gaps[:_row_order_gaps(rids, times, int(rids.max()) + 1, gaps)]
 
 
 @njit(cache=True)
@@ -138,10 +140,10 @@ def _in_order(times):
 
 
 @njit(cache=True)
-def _row_order_gaps(rids, times, num_requests):
+def _row_order_gaps(rids, times, num_requests, gaps):
     # One pass, each request's previous chunk time remembered: linear, where grouping needs a sort.
+    # Writes the gaps into ``gaps`` and returns how many.
     last = np.full(num_requests, np.nan)
-    gaps = np.empty(len(times))
     k = 0
     for i in range(len(times)):
         r = rids[i]
@@ -149,7 +151,7 @@ def _row_order_gaps(rids, times, num_requests):
             gaps[k] = times[i] - last[r]
             k += 1
         last[r] = times[i]
-    return gaps[:k]
+    return k
 
 
 def _pcts(values: np.ndarray, in_place: bool = False) -> dict:
