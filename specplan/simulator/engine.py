@@ -20,7 +20,8 @@ The rules of each engine path (``specplan.simulator.paths``) pick which of these
 numpy arrays indexed by request; the per-row work of c-d, g and h is compiled (numba), so Python
 touches each iteration a fixed number of times whatever the batch. Each iteration is one
 ``env.timeout(step_time)``, except that draft-free iterations ending strictly before the next queued
-event run back to back in one compiled call (``specplan.simulator.span``).
+event run back to back in one compiled call (``specplan.simulator.span``), and that a fleet's
+replica holds such a step in the fleet's loop instead (``specplan.simulator.fleet_loop``).
 """
 
 from __future__ import annotations

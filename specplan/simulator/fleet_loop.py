@@ -14,9 +14,10 @@ next queued event comes first. Results are those of every step through SimPy:
   that ties with a queued event goes after it exactly when its timeout would have;
 - each replica's span ends strictly before the earliest other held step or queued event, as its
   own spans do before the next queued event;
-- a step that needs Python resumes its replica's process in place (``fire``), as the step's own
-  timeout would: through a new SimPy event, a client freed earlier in that instant could submit
-  first and change what the replica admits.
+- a step that needs Python resumes its replica's process in place (``Stepper._pass`` runs the
+  process's callback on the held event), as the step's own timeout would: through a new SimPy
+  event, a client freed earlier in that instant could submit first and change what the replica
+  admits.
 
 SimPy has no public call to push an event with a given id, so the stepper writes its event into the
 environment's queue itself (``_queue``, ``_eid``), as ``span.advance_clock`` sets its clock.
