@@ -81,3 +81,17 @@ def test_held_steps_sort_as_simpy_sorts_its_queue():
                     for head_eid in ids:
                         want = (t, NORMAL, eid) < (head_t, priority, head_eid)
                         assert _before(t, eid, head_t, priority, head_eid) == want
+
+
+def test_the_earliest_held_step_is_the_least_end_then_id():
+    from specplan.simulator.fleet_loop import EID, END, HELD_N, earliest
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ints, floats = np.zeros((6, 6), dtype=np.int64), np.zeros((6, 3))
+        ints[:, HELD_N] = rng.integers(0, 2, 6) * rng.integers(1, 9, 6)
+        ints[:, EID] = rng.permutation(6) + 10
+        floats[:, END] = rng.choice([0.5, 1.0, 1.5], 6)  # ties on purpose
+        skip = int(rng.integers(-1, 6))
+        held = [(floats[r, END], ints[r, EID], r) for r in range(6) if ints[r, HELD_N] and r != skip]
+        assert earliest(ints, floats, skip) == (min(held)[2] if held else -1)

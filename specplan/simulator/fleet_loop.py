@@ -80,26 +80,31 @@ def _before(t, eid, head_t, head_priority, head_eid):
 
 
 @njit(cache=True)
+def earliest(ints, floats, skip=-1):
+    """The replica whose held step SimPy would end first (by end, then event id), other than
+    ``skip``; -1 when none is held."""
+    i = -1
+    for r in range(ints.shape[0]):
+        if r != skip and ints[r, HELD_N] and (i < 0 or floats[r, END] < floats[i, END]
+                                              or (floats[r, END] == floats[i, END] and ints[r, EID] < ints[i, EID])):
+            i = r
+    return i
+
+
+@njit(cache=True)
 def run_fleet(fs, head_t, head_priority, head_eid, next_eid):
     """Advance the held steps in SimPy's order, each replica by ``span.run_span`` from its held
     step to just before the earliest other held step or the queue's head, until a replica needs
     Python (``STOPPED``) or the head comes first (``WAIT``). Steps scheduled here take the ids
     ``next_eid``, ``next_eid + 1``, ...; ``out`` returns (status, replica, ids used)."""
     reps, ints, floats = fs.reps, fs.ints, fs.floats
-    num = ints.shape[0]
     used, status, who, t = 0, WAIT, -1, fs.out_time[0]
     while True:
-        i = -1
-        for r in range(num):
-            if ints[r, HELD_N] and (i < 0 or floats[r, END] < floats[i, END]
-                                    or (floats[r, END] == floats[i, END] and ints[r, EID] < ints[i, EID])):
-                i = r
+        i = earliest(ints, floats)
         if i < 0 or not _before(floats[i, END], ints[i, EID], head_t, head_priority, head_eid):
             break
-        horizon = head_t
-        for r in range(num):
-            if r != i and ints[r, HELD_N] and floats[r, END] < horizon:
-                horizon = floats[r, END]
+        other = earliest(ints, floats, i)
+        horizon = head_t if other < 0 else min(head_t, floats[other, END])
         a = reps[i]
         run_span(a, ints[i, EM_N], ints[i, IT_N], floats[i, END], horizon, ints[i, IT], ints[i, QUEUED],
                  ints[i, HELD_N], floats[i, START], floats[i, STEP])
@@ -150,8 +155,8 @@ class Stepper:
 
     def horizon(self) -> float:
         """The end of the earliest held step or queued event: a replica's span stops before it."""
-        held = self.ints[:, HELD_N] > 0
-        return min(self.env.peek(), float(self.floats[held, END].min())) if held.any() else self.env.peek()
+        first = earliest(self.ints, self.floats)
+        return self.env.peek() if first < 0 else min(self.env.peek(), float(self.floats[first, END]))
 
     def _fleet_state(self):
         spans = [span.state_for(ex) for ex in self.replicas]
@@ -194,10 +199,9 @@ class Stepper:
 
     def _wake(self) -> None:
         """Queue this stepper's event at the earliest held step, with that step's own event id."""
-        held = np.flatnonzero(self.ints[:, HELD_N])
-        if not len(held):
+        first = earliest(self.ints, self.floats)
+        if first < 0:
             return
-        first = held[np.lexsort((self.ints[held, EID], self.floats[held, END]))[0]]
         key = (float(self.floats[first, END]), int(self.ints[first, EID]))
         if key == self._live:
             return

@@ -77,15 +77,23 @@ def state_of(ex) -> SpanState:
     """An executor's (``specplan.simulator.engine.Executor``) arrays and settings as ``run_span``
     takes them; valid until its request state or a log grows into new arrays."""
     s, st, log, its = ex.s, ex.st, ex.trace.emissions, ex.trace.iterations
-    return span_state(
-        st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.started, st.reserved,
-        ex.kv.held, st.disable_spec, st.pending_drafted, st.emits, st.first_token, st.finish, int(ex.k_static),
-        int(ex._budget), int(ex._verify_width), int(ex._policy), int(s.max_num_tokens), int(s.max_batch_size),
-        bool(s.chunked_prefill), int(ex.kv.num_blocks), int(ex.kv.block_size), bool(ex._stamps), ex._span_cost,
-        float(s.piecewise_graph_slowdown), ex._rows, ex._q_sched, ex._q, ex._ctx, ex._width, ex._resident, ex._terms,
-        ex._no_drafting, ex._none, ex.trace.accepted_hist, log.request, log.time, log.tokens, its.rows, ex._record,
-        ex._finished, ex._stats, float(ex._max_time), ex.prefix_cache is not None, int(s.max_num_active_requests),
-        ex._span_out, ex._span_time)
+    fields = {
+        "act": st.act, "counters": st.counters, "plen": st.plen, "olen": st.olen, "computed": st.computed,
+        "ctx_target": st.ctx_target, "generated": st.generated, "started": st.started, "reserved": st.reserved,
+        "held": ex.kv.held, "disabled": st.disable_spec, "pending": st.pending_drafted, "emits": st.emits,
+        "first_token": st.first_token, "finish": st.finish, "k_static": int(ex.k_static),
+        "budget_rule": int(ex._budget), "verify_width": int(ex._verify_width), "policy": int(ex._policy),
+        "max_num_tokens": int(s.max_num_tokens), "max_batch_size": int(s.max_batch_size),
+        "chunked": bool(s.chunked_prefill), "num_blocks": int(ex.kv.num_blocks), "block_size": int(ex.kv.block_size),
+        "stamp": bool(ex._stamps), "coefficients": ex._span_cost, "slowdown": float(s.piecewise_graph_slowdown),
+        "rows": ex._rows, "q_sched": ex._q_sched, "q": ex._q, "ctx": ex._ctx, "width": ex._width,
+        "resident": ex._resident, "terms": ex._terms, "no_drafting": ex._no_drafting, "none": ex._none,
+        "accepted_hist": ex.trace.accepted_hist, "em_request": log.request, "em_time": log.time,
+        "em_tokens": log.tokens, "iteration_log": its.rows, "record": ex._record, "finished": ex._finished,
+        "stats": ex._stats, "max_sim_time": float(ex._max_time), "stop_on_prefill": ex.prefix_cache is not None,
+        "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
+    }
+    return span_state(*(fields[name] for name in SPAN_FIELDS))  # by name: a field cannot land in another's place
 
 
 def state_for(ex) -> SpanState:
@@ -128,8 +136,7 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     step comes back ``COMMITTED`` when Python has something to do after it: the module's stops, or
     a waiting request with room in the active set (``max_active``), which only a resumed step meets
     without a completion: requests arrive during its timeout, never inside a span."""
-    # The fields once into locals: each read of a struct's array field counts a reference, and a
-    # span reads some sixty per step.
+    # The fields once into locals, read once a call rather than some sixty times a step.
     act, counters, plen, olen, computed, ctx_target = a.act, a.counters, a.plen, a.olen, a.computed, a.ctx_target
     generated, started, reserved, held = a.generated, a.started, a.reserved, a.held
     disabled, pending = a.disabled, a.pending
