@@ -6,7 +6,7 @@ Prints simulated output tokens per CPU-second for both, and their ratio. Target 
 fleet keeps the single replica's per-token speed within 20% (ratio >= 0.8).
 
 Each measured run is one ``simulate`` call (workload, replicas, loop, summaries) in a process of
-its own, after a small warm-up run there (imports, compiled-code caches): a user runs one scenario
+its own, after a small warm-up run of the same shape there (imports, compiled-code caches): a user runs one scenario
 per process, and its first touches of the memory it needs (system CPU) are part of its cost. Runs
 in one process would let each one-replica run reuse the pages the previous one freed, which a
 fleet, holding eight replicas' state at once, cannot.
@@ -64,7 +64,8 @@ def measure(replicas: int, requests: int, output_len: int, speculate: bool) -> t
 
 
 def child(replicas: int, requests: int, output_len: int, speculate: bool) -> None:
-    simulate(scenario(1, 256, output_len, speculate=speculate))  # warm-up (imports, first-call costs)
+    # Warm-up of the same shape (imports, the replica count's compiled fleet loop from the cache).
+    simulate(scenario(replicas, 256 * replicas, output_len, speculate=speculate))
     cfg = scenario(replicas, requests, output_len, speculate=speculate)
     t0, s0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     res = simulate(cfg)

@@ -9,6 +9,8 @@ from typing import Optional
 
 import numpy as np
 
+from specplan import memory
+
 _FIRST_CAPACITY = 1 << 12
 _MOST_AT_FIRST = 1 << 26
 
@@ -23,7 +25,7 @@ _FLOAT_FIELDS = ("start_s", "step_s")
 
 def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
     """``a``'s first ``n`` rows in a new array of ``capacity`` rows (the rest uninitialised)."""
-    out = np.empty((capacity,) + a.shape[1:], dtype=a.dtype)
+    out = memory.empty((capacity,) + a.shape[1:], a.dtype)
     out[:n] = a[:n]
     return out
 
@@ -40,9 +42,9 @@ class EmissionLog:
     def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
         self.n = 0
         capacity = min(max(capacity, 1), _MOST_AT_FIRST)
-        self.request = np.empty(capacity, dtype=np.int32)
-        self.time = np.empty(capacity, dtype=np.float64)
-        self.tokens = np.empty(capacity, dtype=np.int32)
+        self.request = memory.empty(capacity, np.int32)
+        self.time = memory.empty(capacity, np.float64)
+        self.tokens = memory.empty(capacity, np.int32)
 
     def __len__(self) -> int:
         return self.n
@@ -67,7 +69,8 @@ class IterationLog:
 
     def __init__(self) -> None:
         self.n = 0
-        self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))
+        with memory.small_pages():
+            self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))
 
     def __len__(self) -> int:
         return self.n
@@ -109,3 +112,6 @@ class Trace:
     first_token: Optional[np.ndarray] = None
     finish: Optional[np.ndarray] = None
     generated: Optional[np.ndarray] = None
+    # A fleet's replica logs its slots, not request ids (``Executor.compact_slots``): slot i is request
+    # ``slot_request[i]``. The tables map them; the gaps need only slots, which tell requests apart.
+    slot_request: Optional[np.ndarray] = None

@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 import simpy
 
+from specplan import memory
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
 from specplan.cost_models.roofline import RooflineCostModel
@@ -105,7 +106,8 @@ class Executor:
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         self._span = self._of = None  # the span.SpanState and the arrays it was built of
-        self.stepper = None  # a fleet's ``fleet_loop.Stepper``, which runs held steps of all replicas
+        self.stepper, self.replica = None, 0  # a fleet's ``fleet_loop.Stepper`` (it runs held steps of all
+        # replicas) and this replica's index there
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
@@ -131,10 +133,10 @@ class Executor:
     def submit(self, rid: int) -> None:
         """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
         if self.compact_slots:
-            rid = self.st.add(rid, int(self.w.prompt_lens[rid]), int(self.w.output_lens[rid]))
+            rid = self.st.add(rid, self.w.prompt_lens.item(rid), self.w.output_lens.item(rid))
         self.waiting.append(rid)
         if self.stepper is not None:
-            self.stepper.queued(self)
+            self.stepper.queued(self.replica, len(self.waiting))
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -380,13 +382,14 @@ class Executor:
         t.n, t.arrival = n, self.frontend.arrival
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
         t.first_token, t.finish, t.generated = st.by_request(n)
-        if self.compact_slots:  # the emission log holds slots
-            t.emissions.request[:len(t.emissions)] = st.rid[t.emissions.request[:len(t.emissions)]]
+        if self.compact_slots:
+            t.slot_request = st.rid[:st.n].astype(t.emissions.request.dtype)
         return t
 
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""
         self.frontend.start()
         self.start()
-        self.env.run()
+        with memory.collector_spared():
+            self.env.run()
         return self.collect()

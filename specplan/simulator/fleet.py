@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 import simpy
 
+from specplan import memory
 from specplan.config import SimConfig
 from specplan.simulator import metrics
 from specplan.simulator.emissions import Trace
@@ -81,8 +82,8 @@ class Fleet:
                 compact_slots=True, share=1.0 / cfg.cluster.replicas))
         self.costs = costs
         self.stepper = Stepper(self.env, self.replicas)
-        for ex in self.replicas:
-            ex.stepper = self.stepper
+        for i, ex in enumerate(self.replicas):
+            ex.stepper, ex.replica = self.stepper, i
 
     def load(self) -> Load:
         """The replicas' load now: outstanding requests and the fraction of KV blocks in use."""
@@ -100,7 +101,8 @@ class Fleet:
         self.frontend.start()
         for ex in self.replicas:
             ex.start()
-        self.env.run()
+        with memory.collector_spared():
+            self.env.run()
         for ex in self.replicas:
             ex.collect()
 
@@ -139,14 +141,14 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     view = fleet.merged()
     req = metrics.request_columns(view)
     traces = [ex.trace for ex in fleet.replicas]
-    ems = [metrics.emission_columns(t) for t in traces]
     # The fleet's inter-token gaps are its replicas', replica after replica, in one array whose
     # slices are each replica's: no time order is needed, since the percentiles do not depend on
     # the order and the mean is summed in this one, before the replicas' summaries reorder their
-    # slices (``summarize`` partitions the gaps in place).
-    room, gaps, end = np.empty(sum(len(e["time_s"]) for e in ems)), [], 0
-    for e in ems:
-        gaps.append(metrics.inter_token_latencies(e, room[end:]))
+    # slices (``summarize`` partitions the gaps in place). Each replica's are taken over its slots.
+    room, gaps, end = memory.empty(sum(len(t.emissions) for t in traces)), [], 0
+    for t in traces:
+        slots, times, _ = t.emissions.columns()
+        gaps.append(metrics.inter_token_latencies({"request": slots, "time_s": times}, room[end:]))
         end += len(gaps[-1])
     itl_mean = float(room[:end].mean()) if end else None
     per_replica = []
@@ -188,6 +190,7 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     def emission_table():
         import pandas as pd
 
+        ems = [metrics.emission_columns(t) for t in traces]
         return pd.DataFrame({k: np.concatenate([e[k] for e in ems]) for k in ("request", "time_s", "tokens")}, copy=False)
 
     return SimResult(cfg, summary, request_table, iteration_table, emission_table, description)

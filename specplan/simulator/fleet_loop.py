@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import operator
 
 import numpy as np
 import simpy
@@ -126,13 +125,15 @@ class Stepper:
 
     def __init__(self, env: simpy.Environment, replicas: list) -> None:
         self.env = env
-        self.replicas = replicas  # the executors, in replica order
-        self.index = {id(ex): i for i, ex in enumerate(replicas)}
+        self.replicas = replicas  # the executors, in replica order (``ex.replica`` is the index)
         num = len(replicas)
         self.ints, self.floats = np.zeros((num, 6), dtype=np.int64), np.zeros((num, 3))
         self._out, self._out_time = np.zeros(3, dtype=np.int64), np.zeros(1)
         self._held: list = [None] * num  # each replica's event, fired when its held step needs Python
-        self._state = self._of = None  # the FleetState and the SpanStates it holds
+        self._state, self._of = None, [None] * num  # the FleetState and the SpanStates it holds
+        # Replicas whose Python ran since (it holds a step) or that got a request: only their arrays
+        # can have grown, so only their SpanStates are looked at again.
+        self._touched = set(range(num))
         self._queued: dict = {}  # (time, eid) -> this stepper's events in the SimPy queue
         self._live = None  # the key of the one at the earliest held step (the others are stale)
         self._passing = False
@@ -140,18 +141,20 @@ class Stepper:
     def hold(self, ex, it: int, n: int, step_s: float) -> simpy.Event:
         """Take a replica's pending step (``n`` rows from now, ``step_s`` seconds); the event it
         returns fires with the replica's span result when a step needs its Python."""
-        i = self.index[id(ex)]
+        i = ex.replica
         now = self.env.now
         self.ints[i] = n, next(self.env._eid), ex.trace.emissions.n, ex.trace.iterations.n, it, len(ex.waiting)
         self.floats[i] = now, step_s, now + step_s
         self._held[i] = event = simpy.Event(self.env)
+        self._touched.add(i)
         if not self._passing:
             self._wake()
         return event
 
-    def queued(self, ex) -> None:
-        """A request joined a replica's waiting queue: its held steps see the new count."""
-        self.ints[self.index[id(ex)], QUEUED] = len(ex.waiting)
+    def queued(self, i: int, waiting: int) -> None:
+        """A request joined replica ``i``'s waiting queue, now ``waiting`` long: its held steps see it."""
+        self.ints[i, QUEUED] = waiting
+        self._touched.add(i)
 
     def horizon(self) -> float:
         """The end of the earliest held step or queued event: a replica's span stops before it."""
@@ -159,10 +162,14 @@ class Stepper:
         return self.env.peek() if first < 0 else min(self.env.peek(), float(self.floats[first, END]))
 
     def _fleet_state(self):
-        spans = [span.state_for(ex) for ex in self.replicas]
-        if self._of is None or any(map(operator.is_not, spans, self._of)):
+        spans, rebuild = self._of, False
+        for i in self._touched:
+            state = span.state_for(self.replicas[i])
+            rebuild = rebuild or state is not spans[i]
+            spans[i] = state
+        self._touched.clear()
+        if rebuild:
             self._state = fleet_state(tuple(spans), self.ints, self.floats, self._out, self._out_time)
-            self._of = spans
         return self._state
 
     def _pass(self, event: simpy.Event) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 from numba import njit
 
+from specplan import memory
 from specplan.simulator.emissions import ITERATION_FIELDS, Trace
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ def batch_table(trace: Trace) -> "pd.DataFrame":
 def emission_columns(trace: Trace) -> dict[str, np.ndarray]:
     """The emission log's columns: request index, time, tokens."""
     rids, times, toks = trace.emissions.columns()
+    if trace.slot_request is not None:
+        rids = trace.slot_request[rids]
     return {"request": rids, "time_s": times, "tokens": toks}
 
 
@@ -127,7 +130,7 @@ def inter_token_latencies(emissions: Mapping, out: Optional[np.ndarray] = None) 
     if not _in_order(times):
         by_time = np.argsort(times, kind="stable")
         times, rids = times[by_time], rids[by_time]
-    gaps = np.empty(len(times)) if out is None else out
+    gaps = memory.empty(len(times)) if out is None else out
     return gaps[:_row_order_gaps(rids, times, int(rids.max()) + 1, gaps)]
 
 

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specplan import memory
 from specplan.errors import ConfigError
 from specplan.workloads.request import Request
 
@@ -105,7 +106,8 @@ def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel
         # the spare half of a 64-bit word between calls, and int32 and int64 draws below 2**32 take
         # the same 32-bit words), so one draw for all requests gives each request the tokens
         # ``generate`` would, without a numpy call per request.
-        block = rng.integers(0, process.vocab_size, size=int(lengths.sum()), dtype=np.int32)
+        with memory.small_pages():  # written once here, read in order by the drafters
+            block = rng.integers(0, process.vocab_size, size=int(lengths.sum()), dtype=np.int32)
         ends = np.cumsum(lengths)
         token_lists = (block[e - m : e] for e, m in zip(ends.tolist(), lengths.tolist()))
     else:
