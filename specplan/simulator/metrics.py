@@ -160,12 +160,12 @@ def _row_order_gaps(rids, times, num_requests, gaps):
 def _pcts(values: np.ndarray, in_place: bool = False) -> dict:
     """Percentiles and mean; with ``in_place`` the values may be reordered (no copy of them)."""
     v = np.asarray(values, dtype=float)
-    missing = np.isnan(v)
-    if missing.any():
-        v = v[~missing]
+    mean = float(v.mean()) if v.size else math.nan  # before the partition: the sum's rounding follows the order
+    if math.isnan(mean):  # NaN values (requests that never finished) make it NaN: only then filter them
+        v = v[~np.isnan(v)]
+        mean = float(v.mean()) if v.size else math.nan
     if v.size == 0:
         return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
-    mean = float(v.mean())  # before the partition: the sum's rounding follows the order
     # one partition for all three order statistics; each value is the one a call per percentile gives
     out = {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES, overwrite_input=in_place))}
     out["mean"] = mean
