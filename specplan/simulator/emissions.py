@@ -31,8 +31,9 @@ def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
 
 
 class EmissionLog:
-    """Rows of (request index, time, tokens committed) in the order the executor emitted them, which
-    is simulated-time order. Columns double in capacity when full, so appends are amortised O(1).
+    """Rows of (request slot, time, tokens committed) in the order the executor emitted them, which
+    is simulated-time order (a slot is the request's index, except in a fleet's replica:
+    ``Trace.slot_request``). Columns double in capacity when full, so appends are amortised O(1).
 
     ``capacity`` is the rows to make room for at first: the executor gives the output tokens it
     expects (a row commits at least one), so a run seldom grows its log. Room never written costs
