@@ -36,7 +36,8 @@ _HUGE_ASKED = os.environ.get("NUMPY_MADVISE_HUGEPAGE") == "1"
 
 @contextmanager
 def small_pages() -> Iterator[None]:
-    """numpy arrays allocated inside the block get no huge-page advice (the setting is restored after)."""
+    """numpy arrays allocated inside the block get no huge-page advice (the setting is restored after;
+    it is numpy's process-wide one, so another thread's arrays allocated meanwhile get none either)."""
     if _HUGE_ASKED:
         yield
         return
