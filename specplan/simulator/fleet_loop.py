@@ -131,8 +131,9 @@ class Stepper:
         self._out, self._out_time = np.zeros(3, dtype=np.int64), np.zeros(1)
         self._held: list = [None] * num  # each replica's event, fired when its held step needs Python
         self._state, self._of = None, [None] * num  # the FleetState and the SpanStates it holds
-        # Replicas whose Python ran since (it holds a step) or that got a request: only their arrays
-        # can have grown, so only their SpanStates are looked at again.
+        # Replicas that held a step (their Python ran just before) or got a request since the loop
+        # last took the FleetState: only their arrays can have grown, so only their SpanStates
+        # are looked at again.
         self._touched = set(range(num))
         self._queued: dict = {}  # (time, eid) -> this stepper's events in the SimPy queue
         self._live = None  # the key of the one at the earliest held step (the others are stale)
