@@ -6,10 +6,10 @@ Prints simulated output tokens per CPU-second for both, and their ratio. Target 
 fleet keeps the single replica's per-token speed within 20% (ratio >= 0.8).
 
 Each measured run is one ``simulate`` call (workload, replicas, loop, summaries) in a process of
-its own, after a small warm-up run of the same shape there (imports, compiled-code caches): a user runs one scenario
-per process, and its first touches of the memory it needs (system CPU) are part of its cost. Runs
-in one process would let each one-replica run reuse the pages the previous one freed, which a
-fleet, holding eight replicas' state at once, cannot.
+its own, after a small warm-up run of the same shape there (imports, compiled-code caches): a user
+runs one scenario per process, and its first touches of the memory it needs (system CPU) are part
+of its cost. Runs in one process would let each one-replica run reuse the pages the previous one
+freed, which a fleet, holding eight replicas' state at once, cannot.
 
 The machine's speed drifts, so the comparison is made in ``--repeat`` rounds: one replica's share
 run 8 times, half before and half after the fleet run. A round's ratio is the fleet's tokens per

@@ -2,8 +2,7 @@
 
 **Pages.** numpy advises every array of 4 MiB and more into transparent huge pages
 (``MADV_HUGEPAGE``). Under the common ``defrag = madvise`` setting a fault in such a region may stall
-on reclaim and compaction to find 2 MiB of free memory (numpy/numpy#31590), and on a virtual machine
-whose host backs guest memory lazily each huge page is 512 host faults at once. What specplan writes
+on reclaim and compaction to find 2 MiB of free memory (numpy/numpy#31590). What specplan writes
 in bulk (the logs, the gaps between tokens, the synthetic token block) is written once and read in
 order, so huge pages buy it no TLB reach worth that; ``empty`` and ``small_pages`` allocate it
 without the advice. Arrays read at random (the request state, the drafters' tables) keep numpy's.

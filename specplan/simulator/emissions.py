@@ -70,8 +70,7 @@ class IterationLog:
 
     def __init__(self) -> None:
         self.n = 0
-        with memory.small_pages():
-            self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))
+        self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))  # 512 KiB, below the advice; it grows on ordinary pages
 
     def __len__(self) -> int:
         return self.n

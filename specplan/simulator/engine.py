@@ -106,8 +106,8 @@ class Executor:
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         self._span = self._of = None  # the span.SpanState and the arrays it was built of
-        self.stepper, self.replica = None, 0  # a fleet's ``fleet_loop.Stepper`` (it runs held steps of all
-        # replicas) and this replica's index there
+        # In a fleet: its ``fleet_loop.Stepper`` (which runs all replicas' held steps) and this replica's index.
+        self.stepper, self.replica = None, 0
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
