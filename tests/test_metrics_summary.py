@@ -1,13 +1,16 @@
 """The summary is computed from numpy columns: inter-token latencies against a row-by-row reference,
-a run's summary against its own tables, and a summary-only run that never imports pandas."""
+a run's summary against its own tables, a fleet's percentiles against numpy's over the whole, and a
+summary-only run that never imports pandas."""
 
 import subprocess
 import sys
 
 import numpy as np
+import pytest
+from hypothesis import example, given, strategies as st
 
 from specplan.config import build_config
-from specplan.simulator.metrics import inter_token_latencies
+from specplan.simulator.metrics import PERCENTILES, _pcts, inter_token_latencies, union_percentiles
 from specplan.simulator.run import simulate
 
 from cli_helpers import SMALL
@@ -53,6 +56,55 @@ def test_summary_matches_the_runs_own_tables():
     assert (s["iterations"], s["drafted_tokens"], s["accepted_tokens"]) == (len(its), its["drafted"].sum(), its["accepted"].sum())
     assert s["mean_batch_rows"] == its["batch_rows"].mean()
     assert s["tpot_s"]["p50"] == float(np.percentile(req["tpot_s"].dropna(), 50))
+
+
+def _union(parts, partitioned=True):
+    """``union_percentiles`` over parts laid end to end, each first reordered as a replica's summary
+    reorders its gaps (or not), and numpy's percentiles over the whole, taken before."""
+    arrays = [np.array(p, dtype=float) for p in parts]
+    whole = np.concatenate(arrays)
+    want = np.percentile(whole, PERCENTILES).tolist() if whole.size else [None] * len(PERCENTILES)
+    for a in arrays:
+        if partitioned and a.size:
+            _pcts(a, in_place=True)
+    got = union_percentiles(np.concatenate(arrays), np.cumsum([0] + [len(a) for a in arrays]))
+    return [got[f"p{p}"] for p in PERCENTILES], want
+
+
+values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([0.0, 0.5, 1.0, 2.0]))  # ties too
+
+
+@given(parts=st.lists(st.lists(values, max_size=50), min_size=1, max_size=8), partitioned=st.booleans())
+@example(parts=[[0.73], [0.176]], partitioned=True)  # halfway, numpy interpolates from the upper value
+def test_union_percentiles_are_numpys_over_the_whole(parts, partitioned):
+    got, want = _union(parts, partitioned)
+    assert got == want
+
+
+@pytest.fixture
+def partition_sizes(monkeypatch):
+    """The sizes of the arrays np.partition is asked to partition."""
+    sizes, partition = [], np.partition
+    monkeypatch.setattr(np, "partition", lambda a, k, *args, **kw: sizes.append(len(a)) or partition(a, k, *args, **kw))
+    return sizes
+
+
+def test_union_percentiles_select_among_few_values(partition_sizes):
+    # Eight replicas' step gaps, around 4 ms with ties (rows of one step share a gap): the fleet's
+    # order statistics lie among the replicas' own, so only values between those are partitioned.
+    rng = np.random.default_rng(1)
+    parts = [np.round(rng.gamma(50.0, 8e-5, size=20_000 + 37 * i), 6) for i in range(8)]
+    got, want = _union(parts)
+    assert got == want
+    assert partition_sizes and max(partition_sizes) < 20_000 // 10
+
+
+def test_union_percentiles_fall_back_to_the_whole_when_parts_are_not_partitioned(partition_sizes):
+    # Unordered, the part's values at its median's positions (2 then 1) bound no value: the median's
+    # neighbours are selected from all five.
+    got, want = _union([[4.0, 3.0, 2.0, 1.0, 0.0]], partitioned=False)
+    assert got == want == [2.0, 3.6, 3.96]
+    assert 5 in partition_sizes
 
 
 def test_a_summary_only_run_imports_no_table_or_plotting_library():

@@ -144,12 +144,14 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     # The fleet's inter-token gaps are its replicas', replica after replica, in one array whose
     # slices are each replica's: no time order is needed, since the percentiles do not depend on
     # the order and the mean is summed in this one, before the replicas' summaries reorder their
-    # slices (``summarize`` partitions the gaps in place). Each replica's are taken over its slots.
-    room, gaps, end = memory.empty(sum(len(t.emissions) for t in traces)), [], 0
+    # slices (``summarize`` partitions the gaps in place); the fleet's percentiles are then
+    # selected around the replicas' own. Each replica's gaps are taken over its slots.
+    room, gaps, bounds = memory.empty(sum(len(t.emissions) for t in traces)), [], [0]
     for t in traces:
         slots, times, _ = t.emissions.columns()
-        gaps.append(metrics.inter_token_latencies({"request": slots, "time_s": times}, room[end:]))
-        end += len(gaps[-1])
+        gaps.append(metrics.inter_token_latencies({"request": slots, "time_s": times}, room[bounds[-1]:]))
+        bounds.append(bounds[-1] + len(gaps[-1]))
+    end = bounds[-1]
     itl_mean = float(room[:end].mean()) if end else None
     per_replica = []
     for i, (t, rcfg) in enumerate(zip(traces, replica_configs(cfg))):
@@ -160,8 +162,8 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
     iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
                   for k in ("batch_rows", "drafted", "accepted", "spec_on")}
     # The same summary keys, in the same order, as a single run (``run.simulate``).
-    summary = metrics.summarize(view, req, iterations, room[:end], cfg.slo_ttft_s, cfg.slo_tpot_s)
-    summary["itl_s"]["mean"] = itl_mean
+    itl = metrics.union_percentiles(room[:end], np.array(bounds)) | {"mean": itl_mean}
+    summary = metrics.summarize(view, req, iterations, itl, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
     if caches:

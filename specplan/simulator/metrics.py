@@ -172,14 +172,87 @@ def _pcts(values: np.ndarray, in_place: bool = False) -> dict:
     return out
 
 
-def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl: np.ndarray,
+def union_percentiles(values: np.ndarray, bounds: np.ndarray) -> dict:
+    """``np.percentile(values, PERCENTILES)`` as ``p50``, ``p90``, ``p99``, without reordering
+    ``values``: a fleet's gaps, whose parts ``values[bounds[i]:bounds[i + 1]]`` (its replicas')
+    were each reordered by ``_pcts(part, in_place=True)`` already.
+
+    Each order statistic np.percentile interpolates lies between the least and the greatest of the
+    parts' own (which their partitions hold in place), so one compiled pass counts the values
+    below that range and gathers the few inside it, and only those are partitioned. The pass
+    checks that the ranks fell inside; where they do not (parts not partitioned, or tiny ones),
+    the whole is partitioned, so the result is np.percentile's in every case."""
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    if n == 0:
+        return {f"p{p}": None for p in PERCENTILES}
+    ranks = _neighbours(n)
+    lo, hi = np.full(len(PERCENTILES), np.inf), np.full(len(PERCENTILES), -np.inf)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if b > a:
+            own = _neighbours(b - a)
+            lo, hi = np.minimum(lo, values[a + own[:, 0]]), np.maximum(hi, values[a + own[:, 1]])
+    cand = np.empty((len(PERCENTILES), max(4096, n // 64)))
+    fits = np.zeros(len(PERCENTILES), dtype=np.int64)
+    below = _count_and_gather(values, lo, hi, cand, fits)
+    stats = np.empty((len(PERCENTILES), 2))
+    for j, (k, m) in enumerate(zip(ranks.tolist(), fits.tolist())):
+        want = [r - below[j] for r in k]
+        if m < 0 or want[0] < 0 or want[1] >= m:  # the ranks fell outside the range: select from the whole
+            stats[j] = np.partition(values, k)[k]
+        else:
+            stats[j] = np.partition(cand[j, :m], want)[want]
+    return {f"p{p}": _lerp(n, p / 100, a, b) for p, (a, b) in zip(PERCENTILES, stats.tolist())}
+
+
+def _neighbours(n: int) -> np.ndarray:
+    # The two order statistics np.percentile's linear method interpolates between, per percentile
+    # (its own arithmetic: numpy.lib._function_base_impl, the linear method's virtual index and
+    # _get_indexes).
+    virtual = (n - 1) * np.true_divide(PERCENTILES, 100)
+    prev = np.floor(virtual).astype(np.int64)
+    return np.where((virtual >= n - 1)[:, None], n - 1, np.stack([prev, prev + 1], axis=1))
+
+
+def _lerp(n: int, q: float, a: float, b: float) -> float:
+    # numpy's linear interpolation between the neighbours at fraction gamma (``_lerp``), in the same
+    # floating-point operations; at or past the last value both neighbours are the maximum.
+    virtual = (n - 1) * q
+    if virtual >= n - 1:
+        return float(a)
+    t = virtual - math.floor(virtual)
+    diff = b - a
+    return float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t)
+
+
+@njit(cache=True)
+def _count_and_gather(values, lo, hi, cand, fits):
+    # Per percentile j: how many values lie below lo[j], and the values within [lo[j], hi[j]]
+    # gathered into cand[j] (fits[j] of them; -1 when they overflow it).
+    below = np.zeros(len(lo), dtype=np.int64)
+    room = cand.shape[1]
+    for x in values:
+        for j in range(len(lo)):
+            if x < lo[j]:
+                below[j] += 1
+            elif x <= hi[j] and fits[j] >= 0:
+                if fits[j] == room:
+                    fits[j] = -1
+                else:
+                    cand[j, fits[j]] = x
+                    fits[j] += 1
+    return below
+
+
+def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
               slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
     """The run's headline figures as a flat JSON-able dict.
 
     ``requests`` holds the :func:`request_columns` and ``iterations`` the iteration columns (an
     ``IterationLog``, a table or a dict of arrays); ``itl`` is the run's inter-token gaps
     (:func:`inter_token_latencies`), which this reorders: a 100k-request run has tens of millions,
-    and a copy to take their percentiles would be as large.
+    and a copy to take their percentiles would be as large; or their figures already taken (a
+    fleet's, from its replicas' gaps: :func:`union_percentiles`).
     """
     output_len = np.asarray(requests["output_len"])
     arrival, finish = np.asarray(requests["arrival_s"]), np.asarray(requests["finish_s"])
@@ -223,6 +296,6 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl: np.ndar
         "mean_batch_rows": float(batch_rows.mean()) if ran else 0.0,
         "ttft_s": _pcts(ttft),
         "tpot_s": _pcts(tpot),
-        "itl_s": _pcts(itl, in_place=True),
+        "itl_s": itl if isinstance(itl, dict) else _pcts(itl, in_place=True),
         "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
     }
