@@ -117,3 +117,20 @@ def test_replaced_copies_fields_and_shares_tokens():
     assert c.prompt_ids is r.prompt_ids and r.id == "a" and r.meta == {"x": 1}
     with pytest.raises(ValueError):
         r.replaced(prompt_ids=[5])
+
+
+@pytest.mark.parametrize("copy_prob", [0.0, 0.5])
+def test_the_order_requests_are_made_in_changes_nothing(copy_prob):
+    process, lengths = CopyProcess(copy_prob, 4.0, 100), (LengthModel(3.0, 0.7, 80), LengthModel(2.5, 0.9, 60))
+    ref = synthetic_requests(30, process, *lengths, seed=7)
+    got = synthetic_requests(30, process, *lengths, seed=7, made=np.random.default_rng(1).permutation(30).tolist())
+    assert all(a.same_as(b) for a, b in zip(ref, got))
+
+
+def test_without_tokens_the_lengths_are_the_same_and_the_ids_zeros():
+    process, lengths = CopyProcess(0.0), (LengthModel(4.0, 0.8, 300), LengthModel(3.0, 1.0, 200))
+    ref = synthetic_requests(40, process, *lengths, seed=2)
+    got = synthetic_requests(40, process, *lengths, seed=2, tokens=False)
+    assert [(r.id, r.prompt_len, r.output_len) for r in got] == [(r.id, r.prompt_len, r.output_len) for r in ref]
+    assert not any(r.prompt_ids.any() or r.output_ids.any() for r in got)
+    assert all(r.prompt_ids.any() for r in ref)

@@ -21,6 +21,7 @@ from specplan.simulator.paths import VLLM, path_for
 from specplan.simulator.prefix_cache import PrefixCache
 from specplan.simulator.presets import resolve_speculation
 from specplan.acceptance import build_oracle
+from specplan.acceptance.factory import reads_tokens as oracle_reads_tokens
 
 # Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
 # (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
@@ -143,7 +144,7 @@ def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Wor
     """Lengths, arrivals and session order for the loop, plus the Request list they come from.
 
     ``requests`` may be given pre-built (sweeps share them between runs); otherwise they come from
-    ``workloads.build_requests``.
+    ``workloads.build_requests``, with token ids only when the run reads them (:func:`reads_tokens`).
     """
     from specplan.workloads.traffic import build_requests, predecessor_indices
 
@@ -153,7 +154,7 @@ def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Wor
         paused = gc.isenabled()
         gc.disable()
         try:
-            requests = build_requests(cfg.workload, cfg.seed)
+            requests = build_requests(cfg.workload, cfg.seed, tokens=reads_tokens(cfg))
         finally:
             if paused:
                 gc.enable()
@@ -189,12 +190,23 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
-def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
-    """Automatic prefix caching when the engine has it on (``engine.enable_prefix_caching``)."""
+def prefix_caching(cfg: SimConfig) -> bool:
+    """Whether the engine caches prefixes (``engine.enable_prefix_caching``)."""
     caching = cfg.engine.enable_prefix_caching
-    if caching is None:
-        caching = cfg.engine.engine == "vllm"  # vLLM V1 enables automatic prefix caching by default
-    return PrefixCache(requests, cfg.engine.kv_block_size) if caching else None
+    return cfg.engine.engine == "vllm" if caching is None else caching  # vLLM V1 enables it by default
+
+
+def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
+    """Automatic prefix caching when the engine has it on."""
+    return PrefixCache(requests, cfg.engine.kv_block_size) if prefix_caching(cfg) else None
+
+
+def reads_tokens(cfg: SimConfig) -> bool:
+    """Whether a run reads its requests' token ids: its acceptance oracle does
+    (``acceptance.factory.reads_tokens``) or the prefix cache hashes them. A run that reads only
+    lengths builds synthetic traffic without drawing tokens: for 100k requests of 700 tokens that is
+    280 MB never written."""
+    return oracle_reads_tokens(cfg) or prefix_caching(cfg)
 
 
 def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,

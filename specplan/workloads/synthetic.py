@@ -96,24 +96,38 @@ def fit_lengths(requests: Sequence[Request]) -> tuple[LengthModel, LengthModel]:
     return (LengthModel.fit([r.prompt_len for r in requests]), LengthModel.fit([r.output_len for r in requests]))
 
 
-def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel, output_lengths: LengthModel, seed: int | np.random.SeedSequence) -> list[Request]:
-    """``n`` requests ``synthetic-{i}`` (category ``synthetic``), each prompt + output one realisation."""
+def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel, output_lengths: LengthModel,
+                       seed: int | np.random.SeedSequence, tokens: bool = True,
+                       made: Sequence[int] | None = None) -> list[Request]:
+    """``n`` requests ``synthetic-{i}`` (category ``synthetic``), each prompt + output one realisation.
+
+    With ``tokens`` False the token ids are not drawn and read as zeros: for a run that reads only
+    the lengths (``specplan.simulator.run.reads_tokens``), which are the same, since the tokens are
+    the generator's last draws. ``made`` is the order the request objects are made in (a permutation
+    of ``range(n)``; the list is in index order either way): a build that reads them in that order
+    reads memory in order."""
     rng = np.random.default_rng(seed)
     plens, olens = prompt_lengths.sample(n, rng), output_lengths.sample(n, rng)
     lengths = plens + olens
-    if process.copy_prob == 0.0:
+    ends, sizes = np.cumsum(lengths).tolist(), lengths.tolist()
+    if not tokens:
+        zeros = np.zeros(int(lengths.max(initial=0)), dtype=np.int32)
+        tokens_of = lambda i: zeros[:sizes[i]]
+    elif process.copy_prob == 0.0:
         # Only fresh tokens: successive draws from one generator continue one stream (PCG64 keeps
         # the spare half of a 64-bit word between calls, and int32 and int64 draws below 2**32 take
         # the same 32-bit words), so one draw for all requests gives each request the tokens
         # ``generate`` would, without a numpy call per request.
         with memory.small_pages():  # written once here, read in order by the drafters
             block = rng.integers(0, process.vocab_size, size=int(lengths.sum()), dtype=np.int32)
-        ends = np.cumsum(lengths)
-        token_lists = (block[e - m : e] for e, m in zip(ends.tolist(), lengths.tolist()))
+        tokens_of = lambda i: block[ends[i] - sizes[i]:ends[i]]
     else:
-        token_lists = (process.generate(m, rng) for m in lengths.tolist())
-    return [Request(id=f"synthetic-{i}", prompt_ids=tokens[:p], output_ids=tokens[p:], category="synthetic")
-            for i, (p, tokens) in enumerate(zip(plens.tolist(), token_lists))]
+        tokens_of = [process.generate(m, rng) for m in sizes].__getitem__  # drawn in index order
+    plens, out = plens.tolist(), [None] * n
+    for i in range(n) if made is None else made:
+        tokens_i, p = tokens_of(i), plens[i]
+        out[i] = Request(id=f"synthetic-{i}", prompt_ids=tokens_i[:p], output_ids=tokens_i[p:], category="synthetic")
+    return out
 
 
 @dataclass(frozen=True)
