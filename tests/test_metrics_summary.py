@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from specplan.config import build_config
-from specplan.simulator.metrics import PERCENTILES, _pcts, inter_token_latencies, union_percentiles
+from specplan.simulator.metrics import PERCENTILES, UnionITL, _pcts, inter_token_latencies
 from specplan.simulator.run import simulate
 
 from cli_helpers import SMALL
@@ -58,26 +58,34 @@ def test_summary_matches_the_runs_own_tables():
     assert s["tpot_s"]["p50"] == float(np.percentile(req["tpot_s"].dropna(), 50))
 
 
-def _union(parts, partitioned=True):
-    """``union_percentiles`` over parts laid end to end, each first reordered as a replica's summary
-    reorders its gaps (or not), and numpy's percentiles over the whole, taken before."""
-    arrays = [np.array(p, dtype=float) for p in parts]
-    whole = np.concatenate(arrays)
-    want = np.percentile(whole, PERCENTILES).tolist() if whole.size else [None] * len(PERCENTILES)
-    for a in arrays:
-        if partitioned and a.size:
-            _pcts(a, in_place=True)
-    got = union_percentiles(np.concatenate(arrays), np.cumsum([0] + [len(a) for a in arrays]))
+def _union(logs, seen=True):
+    """``UnionITL`` over emission logs, each log's gaps first reordered by its own summary's
+    percentiles (or not seen at all), against numpy over all the logs' gaps in one array."""
+    everything = np.concatenate([inter_token_latencies({"request": r, "time_s": t}) for r, t in logs])
+    want = np.percentile(everything, PERCENTILES).tolist() if everything.size else [None] * len(PERCENTILES)
+    union = UnionITL(logs)
+    for i in range(len(logs)):
+        gaps = union.gaps(i)
+        _pcts(gaps, in_place=True)
+        if seen:
+            union.seen(gaps)
+    got = union.figures()
+    mean = float(everything.mean()) if everything.size else None
+    assert got["mean"] == pytest.approx(mean, rel=1e-12)
     return [got[f"p{p}"] for p in PERCENTILES], want
 
 
-values = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([0.0, 0.5, 1.0, 2.0]))  # ties too
+times = st.one_of(st.floats(0, 1e3, allow_nan=False), st.sampled_from([0.0, 0.5, 1.0, 2.0]))  # ties too
+log = st.lists(st.tuples(st.integers(0, 6), times), max_size=60).map(
+    lambda rows: (np.array([r for r, _ in sorted(rows, key=lambda x: x[1])], dtype=np.int32),
+                  np.array(sorted(t for _, t in rows))))
 
 
-@given(parts=st.lists(st.lists(values, max_size=50), min_size=1, max_size=8), partitioned=st.booleans())
-@example(parts=[[0.73], [0.176]], partitioned=True)  # halfway, numpy interpolates from the upper value
-def test_union_percentiles_are_numpys_over_the_whole(parts, partitioned):
-    got, want = _union(parts, partitioned)
+@given(logs=st.lists(log, min_size=1, max_size=8), seen=st.booleans())
+@example(logs=[(np.array([0, 0]), np.array([0.0, 0.73])), (np.array([0, 0]), np.array([0.0, 0.176]))], seen=True)
+def test_union_itl_is_numpys_over_all_the_gaps(logs, seen):
+    # The example puts the median halfway between two gaps, where numpy interpolates from the upper.
+    got, want = _union(logs, seen)
     assert got == want
 
 
@@ -89,22 +97,28 @@ def partition_sizes(monkeypatch):
     return sizes
 
 
-def test_union_percentiles_select_among_few_values(partition_sizes):
-    # Eight replicas' step gaps, around 4 ms with ties (rows of one step share a gap): the fleet's
-    # order statistics lie among the replicas' own, so only values between those are partitioned.
+def fleet_logs(replicas=8, rows=128_000):
+    """Replicas' logs of 64 requests in lockstep, steps of about 4 ms (rows of one step share a gap)."""
     rng = np.random.default_rng(1)
-    parts = [np.round(rng.gamma(50.0, 8e-5, size=20_000 + 37 * i), 6) for i in range(8)]
-    got, want = _union(parts)
+    logs = []
+    for i in range(replicas):
+        steps = np.cumsum(np.round(rng.gamma(50.0, 8e-5, size=rows // 64 + i), 6))
+        logs.append((np.tile(np.arange(64, dtype=np.int32), len(steps)), np.repeat(steps, 64)))
+    return logs
+
+
+def test_union_itl_selects_among_few_gaps(partition_sizes):
+    got, want = _union(fleet_logs())
     assert got == want
-    assert partition_sizes and max(partition_sizes) < 20_000 // 10
+    union_partitions = partition_sizes[-len(PERCENTILES):]  # after the logs' own summaries
+    assert max(union_partitions) < 8 * 128_000 // 10
 
 
-def test_union_percentiles_fall_back_to_the_whole_when_parts_are_not_partitioned(partition_sizes):
-    # Unordered, the part's values at its median's positions (2 then 1) bound no value: the median's
-    # neighbours are selected from all five.
-    got, want = _union([[4.0, 3.0, 2.0, 1.0, 0.0]], partitioned=False)
-    assert got == want == [2.0, 3.6, 3.96]
-    assert 5 in partition_sizes
+def test_union_itl_without_the_logs_order_statistics_partitions_all_gaps(partition_sizes):
+    logs = fleet_logs(3, 640)
+    got, want = _union(logs, seen=False)
+    assert got == want
+    assert sum(len(inter_token_latencies({"request": r, "time_s": t})) for r, t in logs) in partition_sizes
 
 
 def test_a_summary_only_run_imports_no_table_or_plotting_library():

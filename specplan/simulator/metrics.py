@@ -123,15 +123,19 @@ def inter_token_latencies(emissions: Mapping, out: Optional[np.ndarray] = None) 
     DataFrame or a dict of arrays). The executor's rows are already in time order; rows that are
     not are put in time order first. With ``out`` (room for a gap a row) the gaps are written at
     its start and the view of them is returned."""
-    times = np.ascontiguousarray(emissions["time_s"], dtype=float)
-    rids = np.ascontiguousarray(emissions["request"])
+    rids, times = _in_time_order(emissions["request"], emissions["time_s"])
     if times.size == 0:
         return np.array([])
-    if not _in_order(times):
-        by_time = np.argsort(times, kind="stable")
-        times, rids = times[by_time], rids[by_time]
     gaps = memory.empty(len(times)) if out is None else out
     return gaps[:_row_order_gaps(rids, times, int(rids.max()) + 1, gaps)]
+
+
+def _in_time_order(rids, times) -> tuple[np.ndarray, np.ndarray]:
+    times, rids = np.ascontiguousarray(times, dtype=float), np.ascontiguousarray(rids)
+    if times.size and not _in_order(times):
+        by_time = np.argsort(times, kind="stable")
+        times, rids = times[by_time], rids[by_time]
+    return rids, times
 
 
 @njit(cache=True)
@@ -157,52 +161,59 @@ def _row_order_gaps(rids, times, num_requests, gaps):
     return k
 
 
-def _pcts(values: np.ndarray, in_place: bool = False) -> dict:
-    """Percentiles and mean; with ``in_place`` the values may be reordered (no copy of them)."""
-    v = np.asarray(values, dtype=float)
-    mean = float(v.mean()) if v.size else math.nan  # before the partition: the sum's rounding follows the order
-    if math.isnan(mean):  # NaN values (requests that never finished) make it NaN: only then filter them
-        v = v[~np.isnan(v)]
-        mean = float(v.mean()) if v.size else math.nan
-    if v.size == 0:
-        return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
-    # one partition for all three order statistics; each value is the one a call per percentile gives
-    out = {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES, overwrite_input=in_place))}
-    out["mean"] = mean
-    return out
+class UnionITL:
+    """The ITL figures of several emission logs together (a fleet's replicas'), as ``_pcts`` gives
+    them for all their gaps in one array, without making that array.
 
+    Each log's gaps are taken in turn into one buffer (``gaps``), where its own summary reorders
+    them; ``seen`` then notes the order statistics np.percentile interpolates for that log, which
+    the reordering holds in place. Each of the union's lies between the least and the greatest of
+    the logs' own, so ``figures`` takes the gaps again in one compiled pass over the logs, counts
+    those below that range, gathers the few inside it and partitions only those. The pass checks
+    that the ranks fell inside; where they do not (tiny logs), all the gaps are partitioned, so the
+    percentiles are np.percentile's in every case. The mean is the logs' sums over their count."""
 
-def union_percentiles(values: np.ndarray, bounds: np.ndarray) -> dict:
-    """``np.percentile(values, PERCENTILES)`` as ``p50``, ``p90``, ``p99``, without reordering
-    ``values``: a fleet's gaps, whose parts ``values[bounds[i]:bounds[i + 1]]`` (its replicas')
-    were each reordered by ``_pcts(part, in_place=True)`` already.
+    def __init__(self, logs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.logs = [_in_time_order(rids, times) for rids, times in logs]  # (request, time_s) columns
+        self.buffer = memory.empty(max((len(t) for _, t in self.logs), default=0))
+        self.lo, self.hi = np.full(len(PERCENTILES), np.inf), np.full(len(PERCENTILES), -np.inf)
+        self.n, self.total = 0, 0.0
 
-    Each order statistic np.percentile interpolates lies between the least and the greatest of the
-    parts' own (which their partitions hold in place), so one compiled pass counts the values
-    below that range and gathers the few inside it, and only those are partitioned. The pass
-    checks that the ranks fell inside; where they do not (parts not partitioned, or tiny ones),
-    the whole is partitioned, so the result is np.percentile's in every case."""
-    values = np.asarray(values, dtype=float)
-    n = len(values)
-    if n == 0:
-        return {f"p{p}": None for p in PERCENTILES}
-    ranks = _neighbours(n)
-    lo, hi = np.full(len(PERCENTILES), np.inf), np.full(len(PERCENTILES), -np.inf)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        if b > a:
-            own = _neighbours(b - a)
-            lo, hi = np.minimum(lo, values[a + own[:, 0]]), np.maximum(hi, values[a + own[:, 1]])
-    cand = np.empty((len(PERCENTILES), max(4096, n // 64)))
-    fits = np.zeros(len(PERCENTILES), dtype=np.int64)
-    below = _count_and_gather(values, lo, hi, cand, fits)
-    stats = np.empty((len(PERCENTILES), 2))
-    for j, (k, m) in enumerate(zip(ranks.tolist(), fits.tolist())):
-        want = [r - below[j] for r in k]
-        if m < 0 or want[0] < 0 or want[1] >= m:  # the ranks fell outside the range: select from the whole
-            stats[j] = np.partition(values, k)[k]
-        else:
-            stats[j] = np.partition(cand[j, :m], want)[want]
-    return {f"p{p}": _lerp(n, p / 100, a, b) for p, (a, b) in zip(PERCENTILES, stats.tolist())}
+    def gaps(self, i: int) -> np.ndarray:
+        """Log ``i``'s gaps (``inter_token_latencies``), in the buffer the next call reuses."""
+        rids, times = self.logs[i]
+        gaps = inter_token_latencies({"request": rids, "time_s": times}, self.buffer)
+        self.n, self.total = self.n + len(gaps), self.total + float(gaps.sum())
+        return gaps
+
+    def seen(self, gaps: np.ndarray) -> None:
+        """A log's gaps after ``_pcts(gaps, in_place=True)`` reordered them (any order is correct,
+        that one keeps ``figures`` to one pass)."""
+        if len(gaps):
+            own = _neighbours(len(gaps))
+            self.lo, self.hi = np.minimum(self.lo, gaps[own[:, 0]]), np.maximum(self.hi, gaps[own[:, 1]])
+
+    def figures(self) -> dict:
+        """``p50``, ``p90``, ``p99`` and ``mean`` of all the logs' gaps."""
+        if self.n == 0:
+            return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
+        cand = np.empty((len(PERCENTILES), max(4096, self.n // 8)))  # pages touched only as filled
+        fits, below = np.zeros(len(PERCENTILES), dtype=np.int64), np.zeros(len(PERCENTILES), dtype=np.int64)
+        for rids, times in self.logs:
+            if len(times):
+                _count_and_gather(rids, times, int(rids.max()) + 1, self.lo, self.hi, cand, fits, below)
+        stats, everything = np.empty((len(PERCENTILES), 2)), None
+        for j, (k, m) in enumerate(zip(_neighbours(self.n).tolist(), fits.tolist())):
+            want = [r - below[j] for r in k]
+            if m < 0 or want[0] < 0 or want[1] >= m:  # the ranks fell outside the range: select from all
+                if everything is None:
+                    everything = np.concatenate([inter_token_latencies({"request": r, "time_s": t})
+                                                 for r, t in self.logs])
+                stats[j] = np.partition(everything, k)[k]
+            else:
+                stats[j] = np.partition(cand[j, :m], want)[want]
+        return ({f"p{p}": _lerp(self.n, p / 100, a, b) for p, (a, b) in zip(PERCENTILES, stats.tolist())}
+                | {"mean": self.total / self.n})
 
 
 def _neighbours(n: int) -> np.ndarray:
@@ -226,22 +237,40 @@ def _lerp(n: int, q: float, a: float, b: float) -> float:
 
 
 @njit(cache=True)
-def _count_and_gather(values, lo, hi, cand, fits):
-    # Per percentile j: how many values lie below lo[j], and the values within [lo[j], hi[j]]
-    # gathered into cand[j] (fits[j] of them; -1 when they overflow it).
-    below = np.zeros(len(lo), dtype=np.int64)
+def _count_and_gather(rids, times, num_requests, lo, hi, cand, fits, below):
+    # The gaps again, as _row_order_gaps takes them; per percentile j, those below lo[j] counted into
+    # below[j] and those within [lo[j], hi[j]] gathered into cand[j] (fits[j]; -1 once they overflow).
+    last = np.full(num_requests, np.nan)
     room = cand.shape[1]
-    for x in values:
-        for j in range(len(lo)):
-            if x < lo[j]:
-                below[j] += 1
-            elif x <= hi[j] and fits[j] >= 0:
-                if fits[j] == room:
-                    fits[j] = -1
-                else:
-                    cand[j, fits[j]] = x
-                    fits[j] += 1
-    return below
+    for i in range(len(times)):
+        r = rids[i]
+        if not np.isnan(last[r]):
+            x = times[i] - last[r]
+            for j in range(len(lo)):
+                if x < lo[j]:
+                    below[j] += 1
+                elif x <= hi[j] and fits[j] >= 0:
+                    if fits[j] == room:
+                        fits[j] = -1
+                    else:
+                        cand[j, fits[j]] = x
+                        fits[j] += 1
+        last[r] = times[i]
+
+
+def _pcts(values: np.ndarray, in_place: bool = False) -> dict:
+    """Percentiles and mean; with ``in_place`` the values may be reordered (no copy of them)."""
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean()) if v.size else math.nan  # before the partition: the sum's rounding follows the order
+    if math.isnan(mean):  # NaN values (requests that never finished) make it NaN: only then filter them
+        v = v[~np.isnan(v)]
+        mean = float(v.mean()) if v.size else math.nan
+    if v.size == 0:
+        return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
+    # one partition for all three order statistics; each value is the one a call per percentile gives
+    out = {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES, overwrite_input=in_place))}
+    out["mean"] = mean
+    return out
 
 
 def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
@@ -252,7 +281,7 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
     ``IterationLog``, a table or a dict of arrays); ``itl`` is the run's inter-token gaps
     (:func:`inter_token_latencies`), which this reorders: a 100k-request run has tens of millions,
     and a copy to take their percentiles would be as large; or their figures already taken (a
-    fleet's, from its replicas' gaps: :func:`union_percentiles`).
+    fleet's, from its replicas' gaps: :class:`UnionITL`).
     """
     output_len = np.asarray(requests["output_len"])
     arrival, finish = np.asarray(requests["arrival_s"]), np.asarray(requests["finish_s"])
