@@ -214,14 +214,16 @@ def test_fleet_spans_match_one_step_at_a_time(monkeypatch, count_calls):
 
 
 def test_spans_follow_state_and_logs_into_new_arrays(monkeypatch):
-    """A replica's ``SpanState`` holds its arrays; when the request state (compact slots, 64 at first)
-    or a log grows into new ones mid-run, the spans must write to those, as every step through
-    SimPy does."""
+    """A replica's ``SpanState`` holds its arrays; when the request state (compact slots) or a log
+    grows into new ones mid-run, the spans must write to those, as every step through SimPy does.
+    Each starts at its least: the replica expects no share of the workload."""
     from specplan.simulator import emissions
     from specplan.simulator.engine import Executor
 
     monkeypatch.setattr(emissions, "_FIRST_CAPACITY", 16)
     monkeypatch.setattr(emissions, "_MOST_AT_FIRST", 64)
+    init = Executor.__init__
+    monkeypatch.setattr(Executor, "__init__", lambda self, *args, **kw: init(self, *args, **kw | {"share": 0.0}))
     data = {"seed": 4, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
             "speculation": {"decoding_type": "none"},
             "workload": {"trace": "specbench", "num_requests": 300, "arrival": "closed_loop", "concurrency": 16},

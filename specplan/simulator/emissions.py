@@ -66,11 +66,16 @@ class EmissionLog:
 
 class IterationLog:
     """One row of ``ITERATION_FIELDS`` per executor iteration, in a float64 matrix (integers are exact
-    below 2**53) that doubles when full; ``column`` gives each field in its own dtype."""
+    below 2**53) that doubles when full; ``column`` gives each field in its own dtype.
 
-    def __init__(self) -> None:
+    ``capacity`` is the rows to make room for at first (the executor's estimate of its steps): room
+    never written costs no memory, while each doubling copies the log into fresh pages."""
+
+    def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
         self.n = 0
-        self.rows = np.zeros((_FIRST_CAPACITY, len(ITERATION_FIELDS)))  # 512 KiB, below the advice; it grows on ordinary pages
+        with memory.small_pages():  # zeroed lazily: only the rows written are ever touched
+            rows = min(max(capacity, _FIRST_CAPACITY), _MOST_AT_FIRST // 8)  # 1 GiB of address space at most
+            self.rows = np.zeros((rows, len(ITERATION_FIELDS)))
 
     def __len__(self) -> int:
         return self.n

@@ -40,7 +40,7 @@ from specplan.errors import ConfigError
 from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
-from specplan.simulator.emissions import EmissionLog, Trace
+from specplan.simulator.emissions import EmissionLog, IterationLog, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
@@ -60,7 +60,7 @@ class Executor:
         # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
         # With ``compact_slots`` a request gets the next free slot when it arrives (a fleet's replica
         # holds its own requests only, so a step's rows lie close in memory); otherwise slot = id.
-        # ``share`` is the part of the workload the replica expects, which sizes its emission log.
+        # ``share`` is the part of the workload the replica expects, which sizes its state and logs.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -73,7 +73,8 @@ class Executor:
         self.compact_slots = compact_slots
         lens = (workload.prompt_lens[:0], workload.output_lens[:0]) if compact_slots else (workload.prompt_lens,
                                                                                           workload.output_lens)
-        self.st = RequestState(*lens, capacity=64)
+        expected = share * len(workload.prompt_lens)  # the requests this replica expects
+        self.st = RequestState(*lens, capacity=int(expected) + settings.max_batch_size if compact_slots else 0)
         self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None
@@ -87,8 +88,12 @@ class Executor:
                                            settings.max_draft_len)
             if settings.vllm_ranges is not None else None
         )
+        # The logs start at what the replica expects: its share of the output tokens (a row commits at
+        # least one), and for the steps, a full batch's tokens a step plus a prefill step a request, twice.
+        tokens = int(share * workload.output_lens.sum())
         self.trace = Trace(accepted_hist=np.zeros(self.k_static + 1, dtype=np.int64),
-                           emissions=EmissionLog(int(share * workload.output_lens.sum()) + settings.max_batch_size))
+                           iterations=IterationLog(2 * (tokens // max(settings.max_batch_size, 1) + int(expected))),
+                           emissions=EmissionLog(tokens + settings.max_batch_size))
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # arrived, not yet active (FIFO)
