@@ -22,7 +22,7 @@ def config(**sections):
     return resolve(build_config(BASE | sections))
 
 
-@pytest.mark.parametrize("sections, reads", [
+RULE = [
     ({}, False),
     ({"speculation": SA}, False),  # alpha acceptance: lengths only
     ({"speculation": SA, "acceptance": {"mode": "per_position", "per_position": [0.8, 0.6, 0.4]}}, False),
@@ -32,7 +32,10 @@ def config(**sections):
     ({"acceptance": {"mode": "recorded", "recorded_path": "specbench-eagle"}}, True),
     ({"engine": {"engine": "vllm", "max_batch_size": 16, "kv_num_blocks": 20000}}, True),  # prefix caching on
     ({"engine": {"max_batch_size": 16, "kv_num_blocks": 20000, "enable_prefix_caching": True}}, True),
-])
+]
+
+
+@pytest.mark.parametrize("sections, reads", RULE)
 def test_what_reads_tokens(sections, reads):
     cfg = config(**sections)
     assert reads_tokens(cfg) is reads
@@ -40,8 +43,10 @@ def test_what_reads_tokens(sections, reads):
     assert any(r.prompt_ids.any() for r in requests) is reads
 
 
-@pytest.mark.parametrize("sections", [{}, {"speculation": SA}, {"cluster": {"replicas": 3, "router": "least_kv"}}])
+@pytest.mark.parametrize("sections", [s for s, reads in RULE if not reads]
+                         + [{"speculation": SA, "cluster": {"replicas": 3, "router": "least_kv"}}])
 def test_a_run_without_tokens_is_the_run_with_them(sections):
+    # Every config the rule lets go without tokens runs as it does with real ones.
     cfg = config(**sections)
     with_tokens = build_requests(cfg.workload, cfg.seed)
     assert all(r.prompt_ids.any() for r in with_tokens)

