@@ -114,11 +114,32 @@ def test_union_itl_selects_among_few_gaps(partition_sizes):
     assert max(union_partitions) < 8 * 128_000 // 10
 
 
-def test_union_itl_without_the_logs_order_statistics_partitions_all_gaps(partition_sizes):
+@pytest.fixture
+def all_gaps(monkeypatch):
+    """The sizes of the arrays of every gap ``UnionITL`` falls back to."""
+    sizes, original = [], UnionITL._all_gaps
+    monkeypatch.setattr(UnionITL, "_all_gaps", lambda self: sizes.append(self.n) or original(self))
+    return sizes
+
+
+def test_union_itl_without_the_logs_order_statistics_partitions_all_gaps(all_gaps):
     logs = fleet_logs(3, 640)
     got, want = _union(logs, seen=False)
     assert got == want
-    assert sum(len(inter_token_latencies({"request": r, "time_s": t})) for r, t in logs) in partition_sizes
+    assert all_gaps == [sum(len(inter_token_latencies({"request": r, "time_s": t})) for r, t in logs)]
+
+
+def test_union_itl_with_more_tied_gaps_than_it_gathers_partitions_all_gaps(all_gaps):
+    # Steps of 4 or 5 ms, as a speculating fleet's: each log's middle gaps tie in their thousands,
+    # more than the eighth of all gaps gathered between the logs' order statistics.
+    rng = np.random.default_rng(2)
+    logs = []
+    for i in range(4):
+        steps = np.cumsum(rng.choice([0.004, 0.005], size=2000 + i, p=[0.7, 0.3]))
+        logs.append((np.tile(np.arange(16, dtype=np.int32), len(steps)), np.repeat(steps, 16)))
+    got, want = _union(logs)
+    assert got == want
+    assert len(all_gaps) == 1
 
 
 def test_a_summary_only_run_imports_no_table_or_plotting_library():

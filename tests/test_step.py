@@ -213,6 +213,26 @@ def test_fleet_spans_match_one_step_at_a_time(monkeypatch, count_calls):
         assert fast.description == slow.description
 
 
+def test_add_puts_admitted_requests_in_the_next_slots():
+    """Batches of one to nine ids (a scalar and a gathered path), growing the room past its start:
+    each slot holds the request's id and lengths, as slot = id holds them."""
+    rng = np.random.default_rng(0)
+    plen, olen = rng.integers(1, 900, 50), rng.integers(1, 300, 50)
+    st_ = RequestState(plen[:0], olen[:0], capacity=2)
+    order = rng.permutation(50).tolist()
+    at, slots = 0, []
+    for size in [1, 3, 9, 2, 5, 1, 4, 7, 6, 1, 8, 3]:
+        batch = order[at:at + size]
+        slots += st_.add(batch, plen, olen)
+        at += size
+    assert slots == list(range(50)) and st_.n == 50 and st_.capacity >= 50
+    by_id = RequestState(plen, olen)
+    ids = np.array(order)
+    for name in ("plen", "olen", "ctx_target", "generated", "computed"):
+        np.testing.assert_array_equal(getattr(st_, name)[:50], getattr(by_id, name)[ids], err_msg=name)
+    np.testing.assert_array_equal(st_.rid[:50], ids)
+
+
 def test_spans_follow_state_and_logs_into_new_arrays(monkeypatch):
     """A replica's ``SpanState`` holds its arrays; when the request state (compact slots) or a log
     grows into new ones mid-run, the spans must write to those, as every step through SimPy does.

@@ -148,3 +148,44 @@ def test_synthetic_traffic_from_config():
     assert len({r.output_len for r in fitted}) > 50
     with pytest.raises(ConfigError, match=r"workload\.trace: bad synthetic setting 'foo=1'"):
         build_requests(WorkloadConfig(trace="synthetic:foo=1"), seed=0)
+
+
+@pytest.mark.parametrize("settings", [
+    {"trace": None, "arrival": "poisson", "rate": 4.0},
+    {"trace": None, "arrival": "closed_loop", "think_time_s": 0.3, "sample_with_replacement": True},
+    {"trace": "synthetic:copy_prob=0.5,lengths=mtbench", "arrival": "gamma", "cv": 3.0},
+    {"trace": "synthetic:lengths=specbench", "arrival": "closed_loop", "sample_with_replacement": True},
+])
+@pytest.mark.parametrize("think_time_dist", ["constant", "exponential"])
+def test_synthetic_traffic_columns_are_its_requests_columns(settings, think_time_dist):
+    """What the simulator reads of synthetic traffic, taken from the draws alone, is what it would
+    read of the request objects the same draws make (and those are build_requests')."""
+    from specplan.workloads.traffic import SyntheticTraffic, traffic, workload_columns
+
+    cfg = WorkloadConfig(num_requests=120, think_time_s=settings.pop("think_time_s", 0.0), **settings)
+    lazy = traffic(cfg, seed=3, think_time_dist=think_time_dist, tokens=False)
+    assert isinstance(lazy, SyntheticTraffic)
+    got = lazy.columns()
+    made = build_requests(cfg, seed=3, think_time_dist=think_time_dist)
+    want = workload_columns(made, cfg.arrival == "closed_loop")
+    assert got.keys() == want.keys()
+    for key in want:
+        if want[key] is None:
+            assert got[key] is None, key
+        else:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert [(r.id, r.prompt_len, r.output_len, r.arrival_s, r.meta) for r in lazy] == [
+        (r.id, r.prompt_len, r.output_len, r.arrival_s, r.meta) for r in made]
+
+
+def test_a_run_that_reads_no_tokens_makes_no_request_objects(monkeypatch):
+    from specplan.config import build_config
+    from specplan.simulator.run import simulate
+    from specplan.workloads import traffic
+
+    cfg = build_config({"workload": {"trace": None, "num_requests": 40, "arrival": "poisson", "rate": 20.0},
+                        "speculation": {"decoding_type": "none"}, "acceptance": {"mode": "alpha"}})
+    expected = simulate(cfg)
+    monkeypatch.setattr(traffic, "synthetic_requests", lambda *a, **k: pytest.fail("request objects were made"))
+    res = simulate(cfg)
+    assert res.summary == expected.summary

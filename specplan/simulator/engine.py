@@ -58,9 +58,9 @@ class Executor:
                  compact_slots: bool = False, share: float = 1.0) -> None:
         # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
         # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
-        # With ``compact_slots`` a request gets the next free slot when it arrives (a fleet's replica
-        # holds its own requests only, so a step's rows lie close in memory); otherwise slot = id.
-        # ``share`` is the part of the workload the replica expects, which sizes its state and logs.
+        # With ``compact_slots`` an admitted request takes the next free slot (a replica's step rows
+        # lie close in memory), else slot = id; ``share`` (the part of the workload the replica
+        # expects) sizes its state and logs.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -96,7 +96,7 @@ class Executor:
                            emissions=EmissionLog(tokens + settings.max_batch_size))
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
-        self.waiting: list[int] = []  # arrived, not yet active (FIFO)
+        self.waiting: list[int] = []  # ids of requests arrived, not yet active (FIFO)
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
@@ -110,9 +110,8 @@ class Executor:
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
-        self._span = self._of = None  # the span.SpanState and the arrays it was built of
-        # In a fleet: its ``fleet_loop.Stepper`` (which runs all replicas' held steps) and this replica's index.
-        self.stepper, self.replica = None, 0
+        self._span = self._of = self._lent = None  # the span.SpanState, arrays it was built of, arrays it borrows
+        self.stepper, self.replica = None, 0  # in a fleet: its ``fleet_loop.Stepper`` and this replica's index
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
@@ -137,11 +136,9 @@ class Executor:
     # ----------------------------------------------------------------- requests in and out
     def submit(self, rid: int) -> None:
         """A request arrives at this replica: it joins the waiting queue and wakes an idle loop."""
-        if self.compact_slots:
-            rid = self.st.add(rid, self.w.prompt_lens.item(rid), self.w.output_lens.item(rid))
         self.waiting.append(rid)
         if self.stepper is not None:
-            self.stepper.queued(self.replica, len(self.waiting))
+            self.stepper.queued(self.replica)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -150,6 +147,8 @@ class Executor:
         if room > 0 and self.waiting:
             new = self.waiting[:room]
             del self.waiting[:room]
+            if self.compact_slots:  # ids become slots
+                new = self.st.add(new, self.w.prompt_lens, self.w.output_lens)
             if self.prefix_cache is not None:
                 slots = np.array(new)
                 self.prefix_cache.admit(slots, self.st.rid[slots], self.st)
@@ -380,15 +379,16 @@ class Executor:
         """Start the executor loop in the environment (the frontend is started by its owner)."""
         self.env.process(self.run_loop())
 
-    def collect(self) -> Trace:
-        """The recorded trace, once the environment has run, with the per-request arrays filled in."""
+    def collect(self, per_request: bool = True) -> Trace:
+        """The recorded trace once the environment has run; ``per_request``: each request's times too."""
         st, t, n = self.st, self.trace, self.n
         t.preemptions = int(st.counters[PREEMPTIONS])
         t.n, t.arrival = n, self.frontend.arrival
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
-        t.first_token, t.finish, t.generated = st.by_request(n)
         if self.compact_slots:
             t.slot_request = st.rid[:st.n].astype(t.emissions.request.dtype)
+        if per_request:
+            t.first_token, t.finish, t.generated = st.by_request(n)
         return t
 
     def run(self) -> Trace:

@@ -104,28 +104,26 @@ class Fleet:
         with memory.collector_spared():
             self.env.run()
         for ex in self.replicas:
-            ex.collect()
+            ex.collect(per_request=False)  # the fleet's are taken from all replicas at once: ``merged``
 
     def merged(self) -> Trace:
         """The fleet's trace for the metrics: each request's arrays from its replica, the acceptance
         histograms summed, the earliest gate trip, every replica's gate samples."""
-        who = np.maximum(self.assigned, 0)  # never routed (max_sim_time): replica 0's untouched row
-        idx = np.arange(len(who))
         traces = [ex.trace for ex in self.replicas]
-
-        def pick(name: str) -> np.ndarray:
-            return np.stack([getattr(t, name) for t in traces])[who, idx]
-
+        t0, n = traces[0], len(self.assigned)
+        first, finish, generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        for ex in self.replicas:  # each request's entries from the replica it was routed to
+            ex.st.scatter(first, finish, generated)
         tripped = [t for t in traces if t.gate_tripped_time is not None]
-        first = min(tripped, key=lambda t: t.gate_tripped_time) if tripped else Trace()
+        earliest = min(tripped, key=lambda t: t.gate_tripped_time) if tripped else Trace()
         width = max(len(t.accepted_hist) for t in traces)
-        t0 = traces[0]
         return Trace(accepted_hist=sum(np.pad(t.accepted_hist, (0, width - len(t.accepted_hist))) for t in traces),
                      preemptions=sum(t.preemptions for t in traces),
-                     gate_tripped_iteration=first.gate_tripped_iteration, gate_tripped_time=first.gate_tripped_time,
+                     gate_tripped_iteration=earliest.gate_tripped_iteration,
+                     gate_tripped_time=earliest.gate_tripped_time,
                      gate_samples=[x for t in traces for x in t.gate_samples],
-                     n=t0.n, plen=t0.plen, olen=t0.olen, arrival=t0.arrival, first_token=pick("first_token"),
-                     finish=pick("finish"), generated=pick("generated"))
+                     n=t0.n, plen=t0.plen, olen=t0.olen, arrival=t0.arrival, first_token=first, finish=finish,
+                     generated=generated)
 
 
 def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, drafter_cache=None):

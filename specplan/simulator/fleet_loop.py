@@ -132,8 +132,8 @@ class Stepper:
         self._held: list = [None] * num  # each replica's event, fired when its held step needs Python
         self._state, self._of = None, [None] * num  # the FleetState and the SpanStates it holds
         # Replicas that held a step (their Python ran just before) or got a request since the loop
-        # last took the FleetState: only their arrays can have grown, so only their SpanStates
-        # are looked at again.
+        # last took the FleetState: only their arrays can have grown and their queues changed, so
+        # only their SpanStates and queue lengths are looked at again.
         self._touched = set(range(num))
         self._queued: dict = {}  # (time, eid) -> this stepper's events in the SimPy queue
         self._live = None  # the key of the one at the earliest held step (the others are stale)
@@ -152,9 +152,8 @@ class Stepper:
             self._wake()
         return event
 
-    def queued(self, i: int, waiting: int) -> None:
-        """A request joined replica ``i``'s waiting queue, now ``waiting`` long: its held steps see it."""
-        self.ints[i, QUEUED] = waiting
+    def queued(self, i: int) -> None:
+        """A request joined replica ``i``'s waiting queue: its held steps see the queue's length."""
         self._touched.add(i)
 
     def horizon(self) -> float:
@@ -165,7 +164,9 @@ class Stepper:
     def _fleet_state(self):
         spans, rebuild = self._of, False
         for i in self._touched:
-            state = span.state_for(self.replicas[i])
+            ex = self.replicas[i]
+            self.ints[i, QUEUED] = len(ex.waiting)  # once here rather than at each of a burst's arrivals
+            state = span.state_for(ex)
             rebuild = rebuild or state is not spans[i]
             spans[i] = state
         self._touched.clear()

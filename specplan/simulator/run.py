@@ -3,14 +3,14 @@ the executor, and collect the tables. ``simulate(config)`` is the Python entry p
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
+from specplan import memory
 from specplan.atomic import atomic_write
 from specplan.config import SimConfig
 from specplan.errors import ConfigError
@@ -140,32 +140,20 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
     )
 
 
-def build_workload(cfg: SimConfig, requests: Optional[list] = None) -> tuple[Workload, list]:
-    """Lengths, arrivals and session order for the loop, plus the Request list they come from.
+def build_workload(cfg: SimConfig, requests: Optional[Sequence] = None) -> tuple[Workload, Sequence]:
+    """Lengths, arrivals and session order for the loop, plus the requests they come from.
 
     ``requests`` may be given pre-built (sweeps share them between runs); otherwise they come from
-    ``workloads.build_requests``, with token ids only when the run reads them (:func:`reads_tokens`).
+    ``workloads.traffic``, with token ids only when the run reads them (:func:`reads_tokens`):
+    synthetic traffic's request objects are made only if something reads them.
     """
-    from specplan.workloads.traffic import build_requests, predecessor_indices
+    from specplan.workloads.traffic import traffic, workload_columns
 
     if requests is None:
-        # Building many small objects without cycles: the collector's full passes over a growing heap
-        # would find nothing and make the build superlinear in the number of requests.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            requests = build_requests(cfg.workload, cfg.seed, tokens=reads_tokens(cfg))
-        finally:
-            if paused:
-                gc.enable()
-    reqs = requests
-    plen = np.fromiter((r.prompt_len for r in reqs), dtype=np.int64, count=len(reqs))
-    olen = np.fromiter((r.output_len for r in reqs), dtype=np.int64, count=len(reqs))
-    arrivals = None if cfg.workload.arrival == "closed_loop" else np.array(
-        [np.nan if r.arrival_s is None else r.arrival_s for r in reqs])
-    think = np.array([r.meta.get("think_time_s", 0.0) for r in reqs])
-    return Workload(plen, olen, arrivals, predecessor_indices(reqs), cfg.workload.concurrency,
-                    think if think.any() else None), list(reqs)
+        with memory.collector_paused():
+            requests = traffic(cfg.workload, cfg.seed, tokens=reads_tokens(cfg))
+    columns = workload_columns(requests, cfg.workload.arrival == "closed_loop")
+    return Workload(**columns, concurrency=cfg.workload.concurrency), requests
 
 
 def build_cost(cfg: SimConfig):

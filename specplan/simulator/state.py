@@ -31,8 +31,8 @@ _FIELDS = {
 
 class RequestState:
     """Lengths, progress and flags of the requests in ``n`` slots (room for ``capacity``), and the
-    active set. Given lengths fill slot = request id; ``add`` gives the next slot to an arriving
-    request instead (a fleet's replica holds its own requests only, so a step's rows lie close in
+    active set. Given lengths fill slot = request id; ``add`` gives the next slots to admitted
+    requests instead (a fleet's replica holds its own requests only, so a step's rows lie close in
     memory). Counters hold the active count, KV blocks in use, reserved.sum() (no sum over every
     request per step), preemptions and completions."""
 
@@ -50,27 +50,41 @@ class RequestState:
     def num_active(self) -> int:
         return int(self.counters[N_ACTIVE])
 
-    def add(self, rid: int, prompt_len: int, output_len: int) -> int:
-        """Request ``rid`` in the next slot (doubling the room when full); returns its slot."""
-        slot = self.n
-        if slot == self.capacity:
-            self.capacity *= 2
+    def add(self, rids: list[int], prompt_lens: np.ndarray, output_lens: np.ndarray) -> list[int]:
+        """Requests ``rids`` in the next slots (doubling the room as needed), their lengths taken from
+        the workload's ``prompt_lens`` and ``output_lens``; returns their slots."""
+        first, end = self.n, self.n + len(rids)
+        if end > self.capacity:
+            while self.capacity < end:
+                self.capacity *= 2
             for name, (dtype, fill) in _FIELDS.items():
                 grown = np.full(self.capacity, fill, dtype=dtype)
-                grown[:slot] = getattr(self, name)
+                grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
-        self.plen[slot], self.olen[slot], self.ctx_target[slot] = prompt_len, output_len, prompt_len
-        self.rid[slot] = rid
-        self.n = slot + 1
-        return slot
+        if end - first <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
+            for slot, r in enumerate(rids, first):
+                self.rid[slot], self.olen[slot] = r, output_lens.item(r)
+                self.plen[slot] = self.ctx_target[slot] = prompt_lens.item(r)
+        else:
+            ids = np.asarray(rids, dtype=np.int64)
+            self.rid[first:end] = ids
+            self.plen[first:end], self.olen[first:end] = prompt_lens[ids], output_lens[ids]
+            self.ctx_target[first:end] = self.plen[first:end]
+        self.n = end
+        return list(range(first, end))
 
     def by_request(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """First-token times, finish times and generated counts of requests ``0..n-1`` (NaN, NaN,
         0 for a request that never came to this state)."""
-        first, finish, generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        out = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        self.scatter(*out)
+        return out
+
+    def scatter(self, first: np.ndarray, finish: np.ndarray, generated: np.ndarray) -> None:
+        """Write this state's first-token times, finish times and generated counts at its requests'
+        ids (a fleet's replicas each fill their own requests' entries of the fleet's arrays)."""
         rids = self.rid[:self.n]
         first[rids], finish[rids], generated[rids] = self.first_token[:self.n], self.finish[:self.n], self.generated[:self.n]
-        return first, finish, generated
 
     def admit(self, slots: list[int]) -> None:
         """Append requests to the active set."""

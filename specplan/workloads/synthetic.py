@@ -96,6 +96,13 @@ def fit_lengths(requests: Sequence[Request]) -> tuple[LengthModel, LengthModel]:
     return (LengthModel.fit([r.prompt_len for r in requests]), LengthModel.fit([r.output_len for r in requests]))
 
 
+def synthetic_lengths(n: int, prompt_lengths: LengthModel, output_lengths: LengthModel,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of ``n`` synthetic requests: the first draws of the generator that
+    ``synthetic_requests`` seeds (its tokens come after them)."""
+    return prompt_lengths.sample(n, rng), output_lengths.sample(n, rng)
+
+
 def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel, output_lengths: LengthModel,
                        seed: int | np.random.SeedSequence, tokens: bool = True,
                        made: Sequence[int] | None = None) -> list[Request]:
@@ -107,7 +114,7 @@ def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel
     of ``range(n)``; the list is in index order either way): a build that reads them in that order
     reads memory in order."""
     rng = np.random.default_rng(seed)
-    plens, olens = prompt_lengths.sample(n, rng), output_lengths.sample(n, rng)
+    plens, olens = synthetic_lengths(n, prompt_lengths, output_lengths, rng)
     lengths = plens + olens
     ends, sizes = np.cumsum(lengths).tolist(), lengths.tolist()
     if not tokens:

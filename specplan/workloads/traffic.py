@@ -25,12 +25,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from specplan import memory
 from specplan.config import WorkloadConfig
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.arrivals import gamma_arrivals, poisson_arrivals, think_times
 from specplan.workloads.formats import load_workload
 from specplan.workloads.request import Request
-from specplan.workloads.synthetic import LengthModel, SyntheticSpec, fit_lengths, is_synthetic, synthetic_requests
+from specplan.workloads.synthetic import (LengthModel, SyntheticSpec, fit_lengths, is_synthetic, synthetic_lengths,
+                                          synthetic_requests)
 
 
 def session_units(requests: Sequence[Request]) -> list[list[Request]]:
@@ -125,38 +127,27 @@ def trace_requests(cfg: WorkloadConfig) -> list[Request]:
     return requests
 
 
-def _synthetic_requests(cfg: WorkloadConfig, stream: np.random.SeedSequence, tokens: bool,
-                        made: Optional[Sequence[int]] = None) -> list[Request]:
+def _length_models(cfg: WorkloadConfig) -> tuple[SyntheticSpec, LengthModel, LengthModel]:
+    """A synthetic trace's spec and its prompt and output length models."""
     spec = SyntheticSpec.parse(cfg.trace)
     if spec.lengths is not None:
-        plen, olen = fit_lengths(load_workload(spec.lengths))
-    else:
-        plen, olen = LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
-    return synthetic_requests(cfg.num_requests, spec.process, plen, olen, stream, tokens, made)
+        return (spec, *fit_lengths(load_workload(spec.lengths)))
+    return spec, LengthModel.constant(spec.prompt_len or cfg.prompt_len), LengthModel.constant(spec.output_len or cfg.output_len)
 
 
-def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant",
-                   trace: Optional[list[Request]] = None, tokens: bool = True) -> list[Request]:
-    """The requests of one run, with arrivals assigned (see the module docstring for the contract).
-
-    Think times have mean ``workload.think_time_s``; ``think_time_dist`` is ``constant`` (what the
-    engine assumes today) or ``exponential``. ``trace`` may hold ``trace_requests(workload_cfg)``
-    already loaded (ignored for synthetic traffic, which is generated from ``seed``). With ``tokens``
-    False synthetic traffic draws no token ids (``synthetic_requests``); a trace's are read anyway.
-    """
+def traffic(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant",
+            trace: Optional[list[Request]] = None, tokens: bool = True) -> Sequence[Request]:
+    """:func:`build_requests`' requests as a sequence: a list, or for synthetic traffic (arrivals not
+    from the trace) a :class:`SyntheticTraffic`, which makes them only when they are first read."""
     cfg = workload_cfg
-    s_sample, s_arrival, s_think, s_synth = np.random.SeedSequence(seed).spawn(4)
-    rng_sample = np.random.default_rng(s_sample)
     if is_synthetic(cfg.trace) and cfg.arrival != "trace":
-        # Synthetic requests are units of one, so the draws need only their number: the requests are
-        # made in the order the draws take them, and the build below reads memory in order (read in
-        # a random order, 100k requests took about 1.45x the time of 8 x 12.5k: cache misses).
-        n = cfg.num_requests
-        draws = _draws([1] * n, n, cfg.sample_with_replacement, rng_sample, str(cfg.trace))
-        units = [[r] for r in _synthetic_requests(cfg, s_synth, tokens, _first_seen(draws, n))]
-        return _assigned(units, draws, cfg, s_arrival, s_think, think_time_dist)
-    base = _synthetic_requests(cfg, s_synth, tokens) if is_synthetic(cfg.trace) else (
-        trace if trace is not None else trace_requests(cfg))
+        return SyntheticTraffic(cfg, seed, think_time_dist, tokens)
+    s_sample, s_arrival, s_think, s_synth = np.random.SeedSequence(seed).spawn(4)
+    if is_synthetic(cfg.trace):
+        spec, plen, olen = _length_models(cfg)
+        base = synthetic_requests(cfg.num_requests, spec.process, plen, olen, s_synth, tokens)
+    else:
+        base = trace if trace is not None else trace_requests(cfg)
     if cfg.arrival == "trace":
         if cfg.sample_with_replacement:
             raise ConfigError("workload.sample_with_replacement: arrival 'trace' replays the trace's own timestamps; sampling does not apply")
@@ -168,8 +159,84 @@ def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str
         ordered = sorted(base, key=lambda r: r.arrival_s)[: cfg.num_requests]
         return [replace(r, meta={**r.meta, "source_id": source_id(r)}) for r in ordered]
     units = session_units(base)
-    draws = _draws([len(u) for u in units], cfg.num_requests, cfg.sample_with_replacement, rng_sample, str(cfg.trace))
+    draws = _draws([len(u) for u in units], cfg.num_requests, cfg.sample_with_replacement,
+                   np.random.default_rng(s_sample), str(cfg.trace))
     return _assigned(units, draws, cfg, s_arrival, s_think, think_time_dist)
+
+
+def build_requests(workload_cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant",
+                   trace: Optional[list[Request]] = None, tokens: bool = True) -> list[Request]:
+    """The requests of one run, with arrivals assigned (see the module docstring for the contract).
+
+    Think times have mean ``workload.think_time_s``; ``think_time_dist`` is ``constant`` (what the
+    engine assumes today) or ``exponential``. ``trace`` may hold ``trace_requests(workload_cfg)``
+    already loaded (ignored for synthetic traffic, which is generated from ``seed``). With ``tokens``
+    False synthetic traffic draws no token ids (``synthetic_requests``); a trace's are read anyway.
+    """
+    return list(traffic(workload_cfg, seed, think_time_dist, trace, tokens))
+
+
+class SyntheticTraffic(Sequence[Request]):
+    """Synthetic traffic (arrivals not from the trace): :func:`build_requests`' requests, made when
+    first read, and before that :meth:`columns`, what the simulator reads of them. A run that reads
+    no tokens and no request table never makes the objects (for 100k requests their build was
+    0.8 CPU-s here, more than a draft-free fleet's replicas spend on half their steps).
+
+    A synthetic request is a unit of one, so the sample's draws need only their number: the
+    requests are made in the order the draws take them, and the build reads memory in order (read
+    in a random order, 100k requests took about 1.45x the time of 8 x 12.5k: cache misses)."""
+
+    def __init__(self, cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant", tokens: bool = True) -> None:
+        s_sample, self._s_arrival, self._s_think, self._s_synth = np.random.SeedSequence(seed).spawn(4)
+        n = cfg.num_requests
+        self._cfg, self._think_time_dist, self._tokens = cfg, think_time_dist, tokens
+        self._draws = _draws([1] * n, n, cfg.sample_with_replacement, np.random.default_rng(s_sample), str(cfg.trace))
+        self._spec, self._plen, self._olen = _length_models(cfg)
+        self._made: Optional[list[Request]] = None
+
+    def __len__(self) -> int:
+        return self._cfg.num_requests
+
+    def __getitem__(self, i):
+        return self._requests()[i]
+
+    def __iter__(self):
+        return iter(self._requests())
+
+    def columns(self) -> dict[str, Optional[np.ndarray]]:
+        """:func:`workload_columns` of these requests, from the same draws, without making them."""
+        cfg, n = self._cfg, self._cfg.num_requests
+        drawn = np.array([i for i, _ in self._draws], dtype=np.int64)
+        plens, olens = synthetic_lengths(n, self._plen, self._olen, np.random.default_rng(self._s_synth))
+        think, times = _timing([None] * n, cfg, self._s_arrival, self._s_think, self._think_time_dist)
+        closed = cfg.arrival == "closed_loop"  # think times go on every request then, on none otherwise
+        return {"prompt_lens": plens[drawn], "output_lens": olens[drawn],
+                "arrivals": None if closed else np.array(times, dtype=float),
+                "predecessor": np.full(n, -1, dtype=np.int64), "think_time": think if closed and think.any() else None}
+
+    def _requests(self) -> list[Request]:
+        if self._made is None:
+            cfg, n = self._cfg, self._cfg.num_requests
+            with memory.collector_paused():
+                made = synthetic_requests(n, self._spec.process, self._plen, self._olen, self._s_synth, self._tokens,
+                                          _first_seen(self._draws, n))
+                self._made = _assigned([[r] for r in made], self._draws, cfg, self._s_arrival, self._s_think,
+                                       self._think_time_dist)
+        return self._made
+
+
+def workload_columns(requests: Sequence[Request], closed_loop: bool) -> dict[str, Optional[np.ndarray]]:
+    """What the simulator reads of a run's requests, by request: ``prompt_lens``, ``output_lens``,
+    ``arrivals`` (NaN where the arrival process places none; None for a closed loop), ``predecessor``
+    (:func:`predecessor_indices`) and ``think_time`` (None when all are 0)."""
+    if isinstance(requests, SyntheticTraffic):
+        return requests.columns()
+    n = len(requests)
+    think = np.array([r.meta.get("think_time_s", 0.0) for r in requests])
+    return {"prompt_lens": np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=n),
+            "output_lens": np.fromiter((r.output_len for r in requests), dtype=np.int64, count=n),
+            "arrivals": None if closed_loop else np.array([np.nan if r.arrival_s is None else r.arrival_s for r in requests]),
+            "predecessor": predecessor_indices(requests), "think_time": think if think.any() else None}
 
 
 def _assigned(units: list[list[Request]], draws: list[tuple[int, int]], cfg: WorkloadConfig,
@@ -180,14 +247,7 @@ def _assigned(units: list[list[Request]], draws: list[tuple[int, int]], cfg: Wor
     ids = [_copy_name(r.id, k) for r, k in picked]
     sessions = [_copy_name(r.session, k) for r, k in picked]
     preds = _link_sessions(ids, sessions)
-    think = think_times(len(picked), cfg.think_time_s, np.random.default_rng(s_think), think_time_dist)
-    times = [None] * len(picked)
-    if cfg.arrival != "closed_loop":
-        heads = [i for i, p in enumerate(preds) if p is None]
-        rng = np.random.default_rng(s_arrival)
-        at = poisson_arrivals(len(heads), cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(len(heads), cfg.rate, cfg.cv, rng)
-        for i, t in zip(heads, at.tolist()):
-            times[i] = t
+    think, times = _timing(preds, cfg, s_arrival, s_think, think_time_dist)
     out = []
     for (req, _), rid, session, pred, t, th in zip(picked, ids, sessions, preds, times, think.tolist()):
         meta = {**req.meta, "source_id": source_id(req)}
@@ -197,3 +257,18 @@ def _assigned(units: list[list[Request]], draws: list[tuple[int, int]], cfg: Wor
             meta["think_time_s"] = th
         out.append(req.replaced(id=rid, session=session, arrival_s=t, meta=meta))
     return out
+
+
+def _timing(preds: Sequence[Optional[str]], cfg: WorkloadConfig, s_arrival: np.random.SeedSequence,
+            s_think: np.random.SeedSequence, think_time_dist: str) -> tuple[np.ndarray, list[Optional[float]]]:
+    """The sample's think times, and its arrival times: the arrival process's, one per session head
+    (a request without a predecessor), open loop only; None for the others."""
+    think = think_times(len(preds), cfg.think_time_s, np.random.default_rng(s_think), think_time_dist)
+    times: list[Optional[float]] = [None] * len(preds)
+    if cfg.arrival != "closed_loop":
+        heads = [i for i, p in enumerate(preds) if p is None]
+        rng = np.random.default_rng(s_arrival)
+        at = poisson_arrivals(len(heads), cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(len(heads), cfg.rate, cfg.cv, rng)
+        for i, t in zip(heads, at.tolist()):
+            times[i] = t
+    return think, times
