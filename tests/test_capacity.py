@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -87,8 +88,13 @@ def test_cli_writes_table_and_figure_and_rejects_bad_input(tmp_path):
             "--candidates", str(cands), "--max-replicas", "8", "--workers", "2", "--out", str(out)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert (out / "capacity.csv").is_file() and (out / "capacity.png").stat().st_size > 0
-    assert "max_draft_len=3" in (out / "capacity.csv").read_text()
+    assert (out / "gpus_needed.png").stat().st_size > 0 and (out / "gpus_needed.csv").is_file()
+    written = pd.read_csv(out / "capacity.csv")
+    # The whole table: the figure's data beside it must not overwrite it.
+    assert list(written.config) == [BASELINE, "max_draft_len=3"]
+    assert {"replicas_saved", "gpu_hours_saved_per_day", "monotone", "evaluated"} <= set(written.columns)
+    saved = written.set_index("config").replicas
+    assert written.replicas_saved.iloc[1] == saved[BASELINE] - saved["max_draft_len=3"]
     cands.write_text(yaml.safe_dump({"grid": {"workload.rate": [1.0]}}))
     with pytest.raises(ConfigError, match="speculation"):
         CliRunner().invoke(app, args, catch_exceptions=False)

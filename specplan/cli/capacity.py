@@ -21,12 +21,18 @@ def _cell(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+# capacity.csv's columns shown on the terminal, with short headers (the CSV keeps the long names).
+SHOWN = {"rate": "req/s", "config": "config", "replicas": "replicas", "gpus": "GPUs",
+         "replicas_saved": "saved", "gpu_hours_saved_per_day": "GPU-h/day saved", "monotone": "monotone"}
+
+
 def capacity(
     scenario: Path = typer.Argument(..., help="Scenario YAML (poisson or gamma arrivals; the rate is searched over)."),
     rate: list[float] = typer.Option(..., "--rate", help="Fleet request rate in req/s (repeatable)."),
     slo_ttft_ms: float = typer.Option(..., "--slo-ttft-ms", help="TTFT target at --percentile, ms."),
     slo_tpot_ms: float = typer.Option(..., "--slo-tpot-ms", help="TPOT target at --percentile, ms."),
-    out: Path = typer.Option(..., "--out", help="Folder: capacity.csv, capacity.png, records (re-run to resume)."),
+    out: Path = typer.Option(..., "--out", help=(
+        "Folder: capacity.csv, gpus_needed.png (its data in gpus_needed.csv), records (re-run to resume).")),
     candidates: Optional[Path] = typer.Option(
         None, "--candidates", help="Sweep YAML of speculation.* axes (K, schedule, gate); default: the scenario's own."),
     percentile: int = typer.Option(99, "--percentile", help="SLO percentile: 50, 90 or 99."),
@@ -58,14 +64,15 @@ def capacity(
     with make_runner(str(backend), workers, address) as runner:
         table = search_capacity(base, rate, slo, cands, runner, out, max_replicas)
     atomic_write(out / "capacity.csv", lambda p: table.to_csv(p, index=False))
-    capacity_figure(table, out / "capacity.png")
+    figure = capacity_figure(table, out / "gpus_needed.png")
     shown = Table(title=f"Fewest replicas meeting p{percentile} TTFT <= {slo_ttft_ms:g} ms and TPOT <= "
                         f"{slo_tpot_ms:g} ms (tp {base.cost.tp} per replica)")
-    for col in ("rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone"):
-        shown.add_column(col, justify="left" if col == "config" else "right")
+    for col, head in SHOWN.items():
+        # The config label folds rather than being cut: it is the one column an operator pastes from.
+        shown.add_column(head, justify="left" if col == "config" else "right",
+                         overflow="fold" if col == "config" else "ellipsis")
     for row in table.itertuples(index=False):
-        shown.add_row(*(_cell(getattr(row, c)) for c in (
-            "rate", "config", "replicas", "gpus", "replicas_saved", "gpu_hours_saved_per_day", "monotone")))
+        shown.add_row(*(_cell(getattr(row, c)) for c in SHOWN))
     console.print(shown)
     if not table.monotone.all():
         console.print("[yellow]warning:[/] meeting the SLO was not monotone in the replica count for some rows "
@@ -73,7 +80,7 @@ def capacity(
     unmet = table[table.replicas.isna()]
     if len(unmet):
         console.print(f"{len(unmet)} row(s) not met even at {max_replicas} replicas: raise --max-replicas.")
-    console.print(f"Wrote {out / 'capacity.csv'} and {out / 'capacity.png'}.")
+    console.print(f"Wrote {out / 'capacity.csv'} and {figure}.")
 
 
 def register(app: typer.Typer) -> None:
