@@ -277,6 +277,12 @@ class SimConfig(_Section):
             raise ValueError(f"acceptance.length_dist: {len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
                              f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
                              "trim it or raise max_draft_len")
+        tps = self.cluster.tp
+        if tps and len(set(tps)) > 1 and (self.cost.model not in ("roofline", "profile") or self.cost.profile):
+            # Only the analytic model and profiles named by degree price a TP4 replica apart from a TP1 one.
+            raise ValueError(f"cluster.tp: mixed degrees {tps}, but cost.model {self.cost.model}"
+                             f"{' with one cost.profile' if self.cost.profile else ''} prices every replica "
+                             "alike; use roofline or a profile named by gpu/model (picked per degree), or one degree")
         return self
 
 
@@ -287,7 +293,8 @@ def format_validation_error(exc, source: str = "config") -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the documented fields)"
-    return f"{source}: {loc or '<root>'}: {msg}"
+    # A cross-section rule's message starts with the field it names; a bare mapping is "<root>".
+    return f"{source}: {msg}" if not loc and msg[:1].islower() and ": " in msg else f"{source}: {loc or '<root>'}: {msg}"
 
 
 def set_dotted(data: dict, dotted: str, value) -> None:

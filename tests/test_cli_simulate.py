@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 import yaml
 from cli_helpers import run_cli
 
@@ -46,3 +47,34 @@ def test_set_overrides_and_bad_field_one_line(tmp_path):
     bad = run_cli("simulate", str(cfg), "--set", "engine.max_batch=4")
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "engine.max_batch" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_fleet_prints_and_returns_each_replica_from_its_own_requests(tmp_path):
+    """A fleet's per-replica figures (table and json) are those of its requests table split by
+    replica: request counts, output tokens over each replica's own first arrival to last finish,
+    and np.percentile's TTFT p99 and TPOT p50 / p99."""
+    import numpy as np
+
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(yaml.safe_dump({**SMALL, "workload": {**SMALL["workload"], "num_requests": 90},
+                                   "cluster": {"replicas": 3, "router": "least_outstanding"}}))
+    out = run_cli("simulate", str(cfg), "--format", "json", "--out", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    per = json.loads(out.stdout)["per_replica"]
+    req = pd.read_csv(tmp_path / "run" / "requests.csv")
+    for i, rep in enumerate(per):
+        mine = req[req.replica == i]
+        assert rep["requests"] == len(mine) == rep["completed_requests"] and rep["tp"] == 1
+        span = mine.finish_s.max() - mine.arrival_s.min()
+        assert rep["throughput_tok_s"] == pytest.approx(mine.output_len.sum() / span, rel=1e-12)
+        assert rep["ttft_s"]["p99"] == pytest.approx(np.percentile(mine.ttft_s, 99), rel=1e-12)
+        assert [rep["tpot_s"][p] for p in ("p50", "p99")] == pytest.approx(np.percentile(mine.tpot_s, [50, 99]))
+    assert sum(rep["requests"] for rep in per) == 90
+    table = run_cli("simulate", str(cfg))
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip() in ("0", "1", "2")]
+    assert len(rows) == 3 and rows[2].split("│")[3].strip() == str(per[2]["requests"])
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump(SMALL))
+    assert "per_replica" not in json.loads(run_cli("simulate", str(small), "--format", "json").stdout)

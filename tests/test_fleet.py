@@ -71,6 +71,23 @@ def test_unknown_router_and_tp_length_are_one_line_errors():
         build_config({"cluster": {"replicas": 2, "tp": [1, 2, 4]}})
 
 
+@pytest.mark.parametrize("cost, ok", [
+    (LINEAR, False), ({"model": "linear_gamma"}, False), ({"model": "table", "table_s": {1: {0: 0.01}}}, False),
+    ({"model": "profile", "profile": "h200/llama-3.1-8b"}, False),  # one profile, one degree
+    ({"model": "roofline"}, True), ({"model": "profile"}, True)])  # picked per degree
+def test_mixed_tp_needs_a_cost_model_that_reads_tp(cost, ok):
+    """A TP2 replica differs from a TP1 one only under a cost model that reads ``tp``; the others would
+    price both alike and only count the GPUs, so mixing degrees under them is refused. One degree
+    for every replica is always fine (the curve is that degree's)."""
+    data = {"cost": cost, "cluster": {"replicas": 2, "tp": [1, 2]}}
+    if ok:
+        assert build_config(data).cluster.tp == [1, 2]
+    else:
+        with pytest.raises(ConfigError, match=r"^config: cluster\.tp: mixed degrees \[1, 2\]"):
+            build_config(data)
+    assert build_config({**data, "cluster": {"replicas": 2, "tp": [2, 2]}}).cluster.tp == [2, 2]
+
+
 # ----------------------------------------------------------------------------- one replica
 def _bytes(result):
     req = result.requests.drop(columns="replica", errors="ignore")
@@ -163,6 +180,7 @@ def test_least_outstanding_beats_round_robin_on_p99_ttft_under_bursts(seed):
 def test_fleet_metrics_add_up_over_replicas_and_sessions_stay_put():
     cfg = build_config({**json.loads(scenario(3, "session_affinity").model_dump_json()),
                         "workload": {"trace": "specbench", "arrival": "poisson", "rate": 6.0, "num_requests": 60},
+                        "cost": {"model": "roofline"},  # prices each degree apart (mixed tp needs it)
                         "cluster": {"replicas": 3, "router": "session_affinity", "tp": [1, 2, 1]}})
     res = simulate(cfg)
     per = res.description["cluster"]["per_replica"]

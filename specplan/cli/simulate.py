@@ -20,6 +20,13 @@ SUMMARY_KEYS = (
 )
 
 
+# A fleet's per-replica table: summary key (and percentile) -> column header.
+REPLICA_COLUMNS = {("tp", None): "tp", ("requests", None): "requests", ("throughput_tok_s", None): "tok/s",
+                   ("mean_acceptance_length", None): "accept len", ("ttft_s", "p99"): "TTFT p99 ms",
+                   ("tpot_s", "p50"): "TPOT p50 ms", ("tpot_s", "p99"): "TPOT p99 ms",
+                   ("preemptions", None): "preempted"}
+
+
 def describe_scenario(cfg: SimConfig, cost_line: str) -> str:
     """Say first what is simulated: workload, engine settings, speculation, cost profile."""
     w, e, sp, a = cfg.workload, cfg.engine, cfg.speculation, cfg.acceptance
@@ -83,6 +90,19 @@ def _table(rows: list[list], baseline: bool) -> Table:
     return table
 
 
+def replica_table(per_replica: list[dict]) -> Table:
+    """A fleet's replicas side by side (``description["cluster"]["per_replica"]``), latencies in ms."""
+    table = Table(title="per replica", show_header=True, header_style="bold")
+    table.add_column("replica", justify="right")
+    for head in REPLICA_COLUMNS.values():
+        table.add_column(head, justify="right")
+    for i, rep in enumerate(per_replica):
+        cells = [rep[key] if p is None else None if rep[key][p] is None else rep[key][p] * 1e3
+                 for key, p in REPLICA_COLUMNS]
+        table.add_row(str(i), *map(_fmt, cells))
+    return table
+
+
 def _csv(rows: list[list], baseline: bool) -> str:
     import csv
     import io
@@ -110,7 +130,7 @@ def simulate(
     engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
     baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
     fmt: SimulateFormat = typer.Option(SimulateFormat.table, "--format", case_sensitive=False,
-                                       help="Latencies in ms in table and csv."),
+                                       help="Latencies in ms in table and csv; a fleet's replicas in table and json."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
     timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
                                   "events; open in Perfetto)."),
@@ -137,6 +157,9 @@ def simulate(
     base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
     summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
     summary["resolved_speculation"] = result.description.get("speculation")
+    per_replica = result.description.get("cluster", {}).get("per_replica")
+    if per_replica is not None:
+        summary["per_replica"] = [{k: rep[k] for k in ("tp", "requests", *SUMMARY_KEYS)} for rep in per_replica]
     if base is not None:
         summary["baseline"] = {k: base.summary[k] for k in SUMMARY_KEYS}
         summary["speedup"] = result.summary["throughput_tok_s"] / base.summary["throughput_tok_s"]
@@ -158,6 +181,8 @@ def simulate(
         print(_csv(rows, base is not None), end="")
         return
     console.print(_table(rows, base is not None))
+    if per_replica is not None:
+        console.print(replica_table(per_replica))
     if base is not None:
         console.print(f"Speedup (output throughput, speculative / baseline): {summary['speedup']:.3f}x; "
                       f"mean TPOT {base.summary['tpot_s']['mean'] * 1e3:.2f} ms -> "
