@@ -68,3 +68,18 @@ def test_a_user_error_inside_a_task_surfaces_as_its_one_line(tmp_path, ray_local
         records = execute([cfg, good], runner, RecordStore(tmp_path), failures=failures)
     assert list(records) == [config_key(good)] and list(failures) == [config_key(cfg)]
     assert failures[config_key(cfg)].error == str(exc.value)
+
+
+def test_capacity_search_on_ray_gives_the_local_pools_table(tmp_path, ray_local):
+    """The capacity search fans its bisection points out on either backend with the same answers."""
+    from specplan.config import build_config
+    from specplan.sweeps.capacity import SLO, search_capacity
+
+    base = build_config(SWEEP["base"])
+    slo, cands = SLO(ttft_s=0.2, tpot_s=0.02, percentile=90), {"NGram K=2": base.speculation}
+    with LocalRunner(2) as runner:
+        local = search_capacity(base, [20.0, 60.0], slo, cands, runner, tmp_path / "local", max_replicas=8)
+    with RayRunner() as runner:
+        remote = search_capacity(base, [20.0, 60.0], slo, cands, runner, tmp_path / "ray", max_replicas=8)
+    assert local.replicas.notna().all() and local.replicas.max() > 1  # a search, not all at N = 1
+    pd.testing.assert_frame_equal(local, remote)
