@@ -250,6 +250,15 @@ class ClusterConfig(_Section):
         return v
 
 
+class CrossSectionError(ValueError):
+    """A rule across sections, raised by the whole config's validator, which pydantic places at the
+    root; it carries the field the user should change, for the error line to name."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class SimConfig(_Section):
     """A whole scenario: one engine replica (or a ``cluster`` of them) serving one workload."""
 
@@ -268,21 +277,23 @@ class SimConfig(_Section):
     def _cross_section(self) -> "SimConfig":
         sp, mode = self.speculation, self.acceptance.mode
         if sp.decoding_type in NEURAL_DRAFTERS and mode == "drafter":
-            raise ValueError(f"acceptance.mode: {sp.decoding_type} is a model-based drafter; give its acceptance "
-                             "(alpha, per_position, length_dist or recorded)")
+            raise CrossSectionError("acceptance.mode", f"{sp.decoding_type} is a model-based drafter; give its "
+                                    "acceptance (alpha, per_position, length_dist or recorded)")
         if sp.sa_config is not None and sp.decoding_type not in NEURAL_DRAFTERS:
-            raise ValueError("speculation.sa_config: the SA enhancer applies to MTP or Eagle3 drafters")
+            raise CrossSectionError("speculation.sa_config", "the SA enhancer applies to MTP or Eagle3 drafters")
         dist = self.acceptance.length_dist
         if mode == "length_dist" and dist and sp.decoding_type != "none" and 0 < sp.max_draft_len < len(dist) - 1:
-            raise ValueError(f"acceptance.length_dist: {len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
-                             f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
-                             "trim it or raise max_draft_len")
-        tps = self.cluster.tp
-        if tps and len(set(tps)) > 1 and (self.cost.model not in ("roofline", "profile") or self.cost.profile):
+            raise CrossSectionError(
+                "acceptance.length_dist", f"{len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
+                f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
+                "trim it or raise max_draft_len")
+        tps, cost = self.cluster.tp, self.cost
+        if tps and len(set(tps)) > 1 and (cost.model not in ("roofline", "profile") or cost.profile):
             # Only the analytic model and profiles named by degree price a TP4 replica apart from a TP1 one.
-            raise ValueError(f"cluster.tp: mixed degrees {tps}, but cost.model {self.cost.model}"
-                             f"{' with one cost.profile' if self.cost.profile else ''} prices every replica "
-                             "alike; use roofline or a profile named by gpu/model (picked per degree), or one degree")
+            raise CrossSectionError(
+                "cluster.tp", f"mixed degrees {tps}, but cost.model {cost.model}"
+                f"{' with one cost.profile' if cost.profile else ''} prices every replica alike; use roofline "
+                "or a profile named by gpu/model (picked per degree), or one degree")
         return self
 
 
@@ -293,8 +304,10 @@ def format_validation_error(exc, source: str = "config") -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the documented fields)"
-    # A cross-section rule's message starts with the field it names; a bare mapping is "<root>".
-    return f"{source}: {msg}" if not loc and msg[:1].islower() and ": " in msg else f"{source}: {loc or '<root>'}: {msg}"
+    rule = err.get("ctx", {}).get("error")
+    if isinstance(rule, CrossSectionError):
+        loc = rule.field
+    return f"{source}: {loc or '<root>'}: {msg}"
 
 
 def set_dotted(data: dict, dotted: str, value) -> None:

@@ -27,6 +27,18 @@ def test_negative_rate_names_the_field():
     assert "workload.rate" in _err({"workload": {"rate": -1.0}})
 
 
+@pytest.mark.parametrize("data, field", [
+    ({"speculation": {"decoding_type": "MTP"}, "acceptance": {"mode": "drafter"}}, "acceptance.mode"),
+    ({"speculation": {"decoding_type": "NGram", "sa_config": {"threshold": 4}}}, "speculation.sa_config"),
+    ({"speculation": {"decoding_type": "NGram", "max_draft_len": 2},
+      "acceptance": {"mode": "length_dist", "length_dist": [0.2] * 5}}, "acceptance.length_dist"),
+    ({"cost": {"model": "linear_gamma"}, "cluster": {"replicas": 2, "tp": [1, 2]}}, "cluster.tp")])
+def test_a_rule_across_sections_names_the_field_to_change(data, field):
+    """Pydantic places the whole config's rules at the root; the line names the field instead, once."""
+    msg = _err(data)
+    assert msg.startswith(f"config: {field}: ") and msg.count(field) == 1
+
+
 @pytest.mark.parametrize(
     "spec,needle",
     [

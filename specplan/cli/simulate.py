@@ -64,6 +64,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else seconds * 1e3
+
+
 def summary_rows(summary: dict, baseline: Optional[dict]) -> list[list]:
     """``[metric, value(, baseline value)]`` per row; latency percentiles in milliseconds, named
     ``tpot p99 (ms)``."""
@@ -72,7 +76,7 @@ def summary_rows(summary: dict, baseline: Optional[dict]) -> list[list]:
         val = summary[key]
         if isinstance(val, dict):
             for p in ("p50", "p90", "p99"):
-                ms = [None if d[key][p] is None else d[key][p] * 1e3 for d in (summary, baseline) if d is not None]
+                ms = [_ms(d[key][p]) for d in (summary, baseline) if d is not None]
                 rows.append([f"{key.removesuffix('_s')} {p} (ms)", *ms])
         else:
             rows.append([key, val, *([baseline[key]] if baseline else [])])
@@ -97,9 +101,7 @@ def replica_table(per_replica: list[dict]) -> Table:
     for head in REPLICA_COLUMNS.values():
         table.add_column(head, justify="right")
     for i, rep in enumerate(per_replica):
-        cells = [rep[key] if p is None else None if rep[key][p] is None else rep[key][p] * 1e3
-                 for key, p in REPLICA_COLUMNS]
-        table.add_row(str(i), *map(_fmt, cells))
+        table.add_row(str(i), *(_fmt(rep[key] if p is None else _ms(rep[key][p])) for key, p in REPLICA_COLUMNS))
     return table
 
 
