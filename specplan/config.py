@@ -9,10 +9,27 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Annotated
 
-from specplan.config_rules import canonical_decoding_type, validate_speculation
+from specplan import limits
+from specplan.config_rules import (
+    CV_REASON,
+    GAMMA_REASON,
+    INT32_MAX,
+    INT32_REASON,
+    MAX_CV,
+    MAX_GAMMA,
+    MAX_STEP_S,
+    STEP_REASON,
+    at_most,
+    canonical_decoding_type,
+    check_length_dist,
+    validate_speculation,
+)
+from specplan.config_cross import CrossSectionError, cross_section_rules
+from specplan.config_errors import format_validation_error
+from specplan.config_overrides import parse_overrides, set_dotted
 from specplan.errors import ConfigError, read_failure
 
 
@@ -22,31 +39,45 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_Section = StrictModel
+class _Section(StrictModel):
+    """A config section: every number finite. NaN compares false with every bound (a NaN step cost
+    never advances the clock) and no setting means "infinite": ``None`` says "no limit" where one exists."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+# Engine counts (slots, tokens, blocks) and costs in seconds, bounded with the reason in the error.
+EngineCount = Annotated[int, AfterValidator(at_most(INT32_MAX, INT32_REASON))]
+Seconds = Annotated[float, AfterValidator(at_most(MAX_STEP_S, STEP_REASON))]
 
 
 class EngineConfig(_Section):
     """The serving engine's capacity and scheduling settings (one replica)."""
 
     engine: Literal["trtllm", "vllm"] = "trtllm"
-    max_batch_size: int = Field(64, ge=1)
-    max_num_tokens: int = Field(8192, ge=1)
-    max_num_active_requests: Optional[int] = Field(None, ge=1, description="defaults to max_batch_size")
-    kv_block_size: int = Field(32, ge=1)
-    kv_num_blocks: Optional[int] = Field(None, ge=1, description="total KV blocks; default from kv_budget_gb")
+    version: str = Field("latest", description="engine release whose rules apply (trtllm: 1.2; vllm: 0.32; latest)")
+    max_batch_size: EngineCount = Field(64, ge=1)
+    max_num_tokens: EngineCount = Field(8192, ge=1)
+    max_num_active_requests: Optional[EngineCount] = Field(None, ge=1, description="defaults to max_batch_size")
+    kv_block_size: EngineCount = Field(32, ge=1)
+    kv_num_blocks: Optional[EngineCount] = Field(None, ge=1, description="total KV blocks; default from kv_budget_gb")
     kv_budget_gb: Optional[float] = Field(None, gt=0, description="KV memory; default: GPU memory left after weights")
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
     enable_chunked_prefill: bool = False
+    context_chunking_policy: Literal["FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"] = "FIRST_COME_FIRST_SERVED"
     overlap_scheduler: bool = False
-    max_model_len: Optional[int] = Field(None, ge=1, description="vLLM: bounds drafts; None = each request's own length")
+    max_model_len: Optional[EngineCount] = Field(None, ge=1, description="vLLM: bounds drafts; None = each request's own length")
     enable_prefix_caching: Optional[bool] = Field(
-        None, description="vLLM automatic prefix caching; None = the engine's default (vLLM on, TensorRT-LLM off)")
+        None, description="vLLM automatic prefix caching / TensorRT-LLM block reuse; None = the engine's default "
+                          "(on; TensorRT-LLM under synthetic traffic, which shares no block: off)")
+    kv_cache_scheduler: Literal["v1", "v2"] = Field(
+        "v1", description="TensorRT-LLM: v1 = MicroBatchScheduler charging 1 + max_total_draft_tokens per generation "
+        "row with the V1 KV cache manager; v2 = KVCacheV2Scheduler charging 1 + len(py_draft_tokens)")
 
 
 # The one spelling per drafter; aliases (``sa``, ``ngram``, ``vllm-ngram``, ...) are read as these.
 DecodingType = Annotated[Literal["none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3"],
                          BeforeValidator(canonical_decoding_type)]
-NEURAL_DRAFTERS = ("MTP", "Eagle3")
 
 
 class SAEnhancerConfig(_Section):
@@ -65,7 +96,7 @@ class SpeculationConfig(_Section):
 
     decoding_type: DecodingType = "NGram"
     # 0 means no speculation: the engines reject it, specplan accepts it so sweeps can include K = 0.
-    max_draft_len: int = Field(4, ge=0)
+    max_draft_len: EngineCount = Field(4, ge=0)
     max_matching_ngram_size: Optional[int] = Field(
         None, description="None = the drafter's engine default (NGram 2, SA -1 longest match, PLD 3 / HF 2)"
     )
@@ -103,9 +134,10 @@ class SpeculationConfig(_Section):
     acceptance_rate_threshold: Optional[float] = Field(None, ge=0, le=1)
     acceptance_window: Optional[int] = Field(None, ge=1, description="legacy gate: completed requests per window")
     acceptance_length_threshold: Optional[float] = Field(None, ge=0, description="legacy gate: accepted tokens per step")
-    gate_denominator: Optional[Literal["drafted", "padded", "runtime"]] = Field(
+    gate_denominator: Optional[Literal["drafted", "padded", "static", "runtime"]] = Field(
         None, description="SpeculationGate denominator; None = the path's rule: drafted (pre-padding, drafter "
-        "path), runtime (K per generation row, one-model path); padded = the older num_draft_tokens reading"
+        "path), static (the C++ draft-token stamp, K_static per generation row, one-model path); padded = the "
+        "older num_draft_tokens reading; runtime = the schedule's K per generation row"
     )
 
     @model_validator(mode="after")
@@ -133,9 +165,7 @@ class AcceptanceConfig(_Section):
     @field_validator("length_dist")
     @classmethod
     def _dist(cls, v):
-        if v is not None and (not v or any(x < 0 for x in v) or sum(v) <= 0):
-            raise ValueError("length_dist needs non-negative probabilities of accepting 0, 1, 2, ... tokens")
-        return v
+        return v if v is None else check_length_dist(v)
 
 
 # A run holds about 5 KB per request (timings, acceptance streams, emissions; tokens are shared with
@@ -150,18 +180,22 @@ class WorkloadConfig(_Section):
     trace: Optional[str] = Field("specbench", description="bundled trace name or path; null for synthetic lengths")
     arrival: Literal["poisson", "gamma", "closed_loop", "trace"] = "poisson"
     rate: float = Field(2.0, gt=0, description="requests per second (poisson, gamma)")
-    cv: float = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
+    cv: Annotated[float, AfterValidator(at_most(MAX_CV, CV_REASON))] = Field(1.0, gt=0, description="coefficient of variation of gamma inter-arrivals")
     concurrency: int = Field(8, ge=1, description="closed-loop clients")
     think_time_s: float = Field(0.0, ge=0)
     num_requests: int = Field(200, ge=1, description="at most MAX_REQUESTS (what one run can hold in memory)")
-    prompt_len: int = Field(512, ge=1, description="synthetic prompt length when trace is null")
-    output_len: int = Field(256, ge=1, description="synthetic output length when trace is null")
+    prompt_len: EngineCount = Field(512, ge=1, description="synthetic prompt length when trace is null")
+    output_len: EngineCount = Field(256, ge=1, description="synthetic output length when trace is null")
     sample_with_replacement: bool = False
     categories: Optional[list[str]] = None
     tokenizer: Optional[str] = Field(
         None, description="model folder (tokenizer.json + tokenizer_config.json chat_template) for a text trace"
     )
-    format: Optional[str] = Field(None, description="trace file format (vllm-sharegpt, trtllm-bench, azure, ...); null: sniffed")
+    format: Optional[str] = Field(None, description="trace file format (vllm-sharegpt, trtllm-bench, azure, burstgpt, ...); "
+                                  "when set, the file is never sniffed; null: sniffed")
+    format_options: Optional[dict[str, object]] = Field(
+        None, description="the format's own settings, e.g. burstgpt {model: GPT-4, log_type: conversation}, "
+                          "vllm-sonnet {input_len: 550, prefix_len: 200, output_len: 150}")
 
     @field_validator("num_requests")
     @classmethod
@@ -196,13 +230,20 @@ class CostConfig(_Section):
       drafting cost as a fraction of the verify step.
     - ``draft_costs``: a drafting-cost file; ``None`` uses the bundled ``data/profiles/draft_costs.yaml``
       or the ``draft`` section of a measured profile.
+    - Models from their config.json (``specplan.cost_models.architectures``): ``weight_format`` (None: the
+      checkpoint's ``quantization_config``, else ``dtype``) and ``kv_cache_dtype`` (None: ``dtype``);
+      ``ep``, the expert-parallel degree of the MoE layers within the ``tp`` GPUs (all-to-all dispatch
+      and combine); expert popularity for the distinct-experts term, uniform unless ``expert_skew`` (a
+      Zipf exponent) or ``expert_load`` (tokens per expert, measured) is set; ``eta_moe_comp = 0.50``:
+      achieved FLOP fraction of the grouped expert GEMMs (DeepGEMM reports 0.6-0.75 of FP8 peak on
+      large groups, vLLM's fused-MoE Triton kernel less at small ones).
     """
 
     model: Literal["linear_gamma", "table", "roofline", "linear", "profile"] = "roofline"
-    t_base_s: float | dict[int, float] = Field(0.01, description="linear_gamma: T(B, 1) in seconds, constant or table over B")
-    gamma: float | dict[int, float] = Field(0.1, description="linear_gamma: gamma, constant or table over B")
-    draft_cost_s: float = Field(0.0, ge=0, description="linear_gamma/table: drafting seconds per step")
-    table_s: Optional[dict[int, dict[int, float]]] = Field(None, description="table: step seconds by B then K")
+    t_base_s: Annotated[float | dict[int, float], AfterValidator(at_most(MAX_STEP_S, STEP_REASON))] = Field(0.01, description="linear_gamma: T(B, 1) in seconds, constant or table over B")
+    gamma: Annotated[float | dict[int, float], AfterValidator(at_most(MAX_GAMMA, GAMMA_REASON))] = Field(0.1, description="linear_gamma: gamma, constant or table over B")
+    draft_cost_s: Seconds = Field(0.0, ge=0, description="linear_gamma/table: drafting seconds per step")
+    table_s: Optional[dict[int, dict[int, Seconds]]] = Field(None, description="table: step seconds by B then K")
     gpu: str = "h200"
     model_name: str = "llama-3.1-8b"
     tp: int = Field(1, ge=1)
@@ -212,22 +253,29 @@ class CostConfig(_Section):
     eta_comp: float = Field(0.70, gt=0, le=1)
     eta_attn: float = Field(0.70, gt=0, le=1)
     eta_attn_comp: float = Field(0.50, gt=0, le=1)
-    gemm_floor_s: float = Field(5e-6, ge=0)
-    attn_floor_s: float = Field(5e-6, ge=0)
+    gemm_floor_s: Seconds = Field(5e-6, ge=0)
+    attn_floor_s: Seconds = Field(5e-6, ge=0)
     small_kernels_per_layer: int = Field(3, ge=0)
-    small_kernel_s: float = Field(2e-6, ge=0)
-    host_overhead_s: float = Field(126e-6, ge=0)
-    host_overhead_per_seq_s: float = Field(4e-6, ge=0)
+    small_kernel_s: Seconds = Field(2e-6, ge=0)
+    host_overhead_s: Seconds = Field(126e-6, ge=0)
+    host_overhead_per_seq_s: Seconds = Field(4e-6, ge=0)
     cuda_graph_padding: bool = True
     cuda_graph_max_tokens: int = Field(512, ge=1)
-    allreduce_alpha_s: Optional[float] = Field(None, ge=0)
+    allreduce_alpha_s: Optional[Seconds] = Field(None, ge=0)
     allreduce_beta_Bps: Optional[float] = Field(None, gt=0)
-    linear_coefficients: Optional[dict[str, float]] = Field(None, description="c0_s, c_tok_s, c_kv_s, c_seq_s")
+    linear_coefficients: Optional[dict[str, Seconds]] = Field(None, description="c0_s, c_tok_s, c_kv_s, c_seq_s")
     linear_fit_csv: Optional[str] = None
     draft_fraction: Optional[float] = Field(None, ge=0)
     draft_costs: Optional[str] = None
     piecewise_cuda_graph_slowdown: Optional[float] = Field(
         None, ge=0, lt=1, description="vLLM dynamic SD step slowdown; None = the published 0.14 (vLLM #49548)")
+    weight_format: Optional[Literal["bf16", "fp8", "int4", "nvfp4", "mxfp4"]] = Field(
+        None, description="weights' storage format; None = the config.json's quantization_config, else dtype")
+    kv_cache_dtype: Optional[Literal["bf16", "fp8"]] = Field(None, description="KV cache format; None = dtype")
+    ep: int = Field(1, ge=1, description="expert-parallel degree of MoE layers (divides tp)")
+    expert_skew: float = Field(0.0, ge=0, description="Zipf exponent of expert popularity (0 = uniform router)")
+    expert_load: Optional[list[float]] = Field(None, description="measured tokens routed to each expert")
+    eta_moe_comp: float = Field(0.50, gt=0, le=1)
 
 
 Router = Literal["round_robin", "least_outstanding", "least_kv", "session_affinity"]
@@ -250,15 +298,6 @@ class ClusterConfig(_Section):
         return v
 
 
-class CrossSectionError(ValueError):
-    """A rule across sections, raised by the whole config's validator, which pydantic places at the
-    root; it carries the field the user should change, for the error line to name."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
 class SimConfig(_Section):
     """A whole scenario: one engine replica (or a ``cluster`` of them) serving one workload."""
 
@@ -275,67 +314,18 @@ class SimConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_section(self) -> "SimConfig":
-        sp, mode = self.speculation, self.acceptance.mode
-        if sp.decoding_type in NEURAL_DRAFTERS and mode == "drafter":
-            raise CrossSectionError("acceptance.mode", f"{sp.decoding_type} is a model-based drafter; give its "
-                                    "acceptance (alpha, per_position, length_dist or recorded)")
-        if sp.sa_config is not None and sp.decoding_type not in NEURAL_DRAFTERS:
-            raise CrossSectionError("speculation.sa_config", "the SA enhancer applies to MTP or Eagle3 drafters")
-        dist = self.acceptance.length_dist
-        if mode == "length_dist" and dist and sp.decoding_type != "none" and 0 < sp.max_draft_len < len(dist) - 1:
-            raise CrossSectionError(
-                "acceptance.length_dist", f"{len(dist)} probabilities (0..{len(dist) - 1} accepted) but "
-                f"speculation.max_draft_len {sp.max_draft_len} accepts at most {sp.max_draft_len}; "
-                "trim it or raise max_draft_len")
-        tps, cost = self.cluster.tp, self.cost
-        if tps and len(set(tps)) > 1 and (cost.model not in ("roofline", "profile") or cost.profile):
-            # Only the analytic model and profiles named by degree price a TP4 replica apart from a TP1 one.
-            raise CrossSectionError(
-                "cluster.tp", f"mixed degrees {tps}, but cost.model {cost.model}"
-                f"{' with one cost.profile' if cost.profile else ''} prices every replica alike; use roofline "
-                "or a profile named by gpu/model (picked per degree), or one degree")
+        cross_section_rules(self)
         return self
 
-
-def format_validation_error(exc, source: str = "config") -> str:
-    """Turn a pydantic ValidationError into one line naming the dotted field."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field (check the spelling against the documented fields)"
-    rule = err.get("ctx", {}).get("error")
-    if isinstance(rule, CrossSectionError):
-        loc = rule.field
-    return f"{source}: {loc or '<root>'}: {msg}"
-
-
-def set_dotted(data: dict, dotted: str, value) -> None:
-    """Set ``a.b.c = value`` inside nested dicts, creating sections as needed."""
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{dotted}: '{part}' is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def parse_overrides(items: list[str]) -> list[tuple[str, object]]:
-    """``section.key=value`` strings; values are parsed as YAML (``4``, ``true``, ``{4: 4, 8: 2}``)."""
-    import yaml
-
-    out = []
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--set {item}: expected section.key=value")
-        key, raw = item.split("=", 1)
-        try:
-            out.append((key.strip(), yaml.safe_load(raw)))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {key}: value is not valid YAML ({exc.problem})") from None
-    return out
+    @model_validator(mode="after")
+    def _fits(self) -> "SimConfig":
+        """A run whose replicas, clients and requests cannot fit this machine's memory is refused before
+        any work (``specplan.limits``); a KV budget larger than its GPU is refused where the GPU is
+        known (``cost_models.capacity``)."""
+        refusal = limits.fleet_refusal(self, self.cluster.replicas)
+        if refusal is not None:
+            raise CrossSectionError(*refusal)
+        return self
 
 
 def read_yaml(path) -> dict:

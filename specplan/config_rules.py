@@ -22,6 +22,7 @@ VLLM_DEFAULT_LOOKUP = 5
 
 # One spelling per drafter (``speculation.decoding_type``); these aliases, compared case-insensitively with
 # "-" read as "_", are accepted in YAML, ``--set`` and on the command line.
+NEURAL_DRAFTERS = ("MTP", "Eagle3")  # model-based drafters: acceptance is given, not replayed
 DECODING_TYPES = ("none", "NGram", "SA", "vllm_ngram", "suffix", "pld", "AUTO", "MTP", "Eagle3")
 DRAFTER_ALIASES = {**{t.lower(): t for t in DECODING_TYPES}, "off": "none", "prompt_lookup": "pld",
                    "suffix_decoding": "suffix", "eagle": "Eagle3"}
@@ -125,3 +126,60 @@ def validate_speculation(spec) -> None:
     lo, hi = effective_lookup_range(spec.prompt_lookup_min, spec.prompt_lookup_max)
     if lo > hi:
         raise ValueError(f"prompt_lookup_min must be <= prompt_lookup_max ({lo} > {hi})")
+
+
+# --- Numbers: every float of a config section is finite (``allow_inf_nan=False``); these bounds say why. ---
+
+# TensorRT-LLM counts batch slots, tokens and KV blocks in ``SizeType32`` and vLLM's block tables hold int32
+# block ids: an engine count above 2^31 - 1 cannot be configured on either engine.
+INT32_MAX = 2**31 - 1
+INT32_REASON = "the engines hold this count in 32 bits (TensorRT-LLM SizeType32, vLLM's int32 block tables)"
+
+# One step (or one of its terms) priced above an hour is no GPU's: it is a unit slip (ms or us given as s).
+MAX_STEP_S = 3600.0
+STEP_REASON = "no GPU step takes an hour; costs are in seconds (was this in ms or us?)"
+
+# gamma prices each verified draft token relative to a whole one-token step T(B, 1); one draft token costing
+# more than ten whole steps is no engine's (a one-token step already reads every weight once).
+MAX_GAMMA = 10.0
+GAMMA_REASON = "a draft token would cost more than ten whole decode steps (gamma is relative to T(B, 1))"
+
+# Gamma inter-arrivals of coefficient of variation cv have shape 1/cv^2: at cv 1000 (shape 1e-6) all but a
+# handful of requests arrive in one instant, and past about 1e150 cv^2 overflows.
+MAX_CV = 1000.0
+CV_REASON = "gamma inter-arrivals that bursty put nearly every request at one instant; replay such a burst as a trace"
+
+# Hand-written probabilities rounded to two decimals (0.33, 0.33, 0.34) sum within this of 1.
+LENGTH_DIST_TOL = 0.01
+
+
+def _number(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def at_most(limit: float, reason: str):
+    """A pydantic after-validator refusing a number, or any number inside a (nested) table, above ``limit``."""
+
+    def check(value):
+        tables = [value]
+        while tables:
+            v = tables.pop()
+            if isinstance(v, dict):
+                tables.extend(v.values())
+            elif v is not None and v > limit:
+                raise ValueError(f"{_number(v)} is above {_number(limit)}: {reason}")
+        return value
+
+    return check
+
+
+def check_length_dist(dist: list) -> list:
+    """``acceptance.length_dist``: non-negative probabilities of accepting 0, 1, 2, ... tokens summing to 1
+    (within ``LENGTH_DIST_TOL``)."""
+    if not dist or any(x < 0 for x in dist):
+        raise ValueError("length_dist needs non-negative probabilities of accepting 0, 1, 2, ... tokens")
+    total = sum(dist)
+    if abs(total - 1.0) > LENGTH_DIST_TOL:
+        raise ValueError(f"probabilities sum to {total:g}, not 1 (within {LENGTH_DIST_TOL:g}): one outcome per "
+                         "entry, so they must add up to 1")
+    return dist

@@ -20,3 +20,17 @@ def run_cli(*args, timeout: float = 300) -> subprocess.CompletedProcess:
     """``specplan ARGS...`` in a fresh interpreter (this tree's code), output captured as text."""
     return subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """``specplan ARGS...`` in this process (``specplan.cli.main``): exit code, stdout, stderr."""
+    from specplan.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["specplan", *map(str, args)])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -352,3 +352,132 @@ case("validate-bad-device", ["validate", "--profile", "h200/llama-3.1-8b", "--de
 case("validate-bad-attention", ["validate", "--profile", "h200/llama-3.1-8b", "--device", "cpu", "--attention", "x",
                                 "--out", "{root}/v"], "--attention")
 case("validate-unknown-profile", ["validate", "--profile", "h999/x", "--device", "cpu", "--out", "{root}/v"], "h999")
+
+# --- Numbers, sizes and repeated settings (issue 32) ------------------------------------------------
+TINY_RUN = ["simulate", "--set", "workload.trace=null", "--set", "workload.num_requests=4", "--set",
+            "acceptance.mode=alpha"]
+NUMBER_FIELDS = [  # (extra --set items, the bad item, the field named)
+    (["cost.model=linear_gamma"], "cost.t_base_s=.nan", "t_base_s"),
+    (["cost.model=linear_gamma"], "cost.t_base_s={1: .nan}", "t_base_s"),
+    (["cost.model=linear_gamma"], "cost.t_base_s=7200", "t_base_s"),  # an hour's step: ms given as s
+    (["cost.model=linear_gamma"], "cost.gamma=.inf", "gamma"),
+    (["cost.model=linear_gamma"], "cost.gamma={1: 50}", "gamma"),
+    (["cost.model=table"], "cost.table_s={1: {0: .nan}}", "table_s"),
+    ([], "engine.kv_num_blocks=1000000000000", "kv_num_blocks"),
+    ([], "engine.max_batch_size=4294967296", "max_batch_size"),
+    ([], "engine.kv_budget_gb=1e300", "kv_budget_gb"),
+    ([], "engine.kv_budget_gb=.inf", "kv_budget_gb"),
+    (["acceptance.mode=length_dist"], "acceptance.length_dist=[0.5, 0.5, 0.4]", "length_dist"),
+    ([], "acceptance.alpha=.nan", "alpha"),
+    ([], "workload.rate=.inf", "rate"),
+    (["workload.arrival=gamma"], "workload.cv=1e300", "cv"),
+    (["workload.arrival=closed_loop"], "workload.think_time_s=.inf", "think_time_s"),
+    ([], "speculation.suffix_max_spec_offset=.nan", "suffix_max_spec_offset"),
+    ([], "cost.allreduce_beta_Bps=.inf", "allreduce_beta_Bps"),
+    ([], "cost.host_overhead_s=-.inf", "host_overhead_s"),
+    ([], "max_sim_time_s=.inf", "max_sim_time_s"),
+    ([], "slo_ttft_s=.nan", "slo_ttft_s"),
+    ([], "cluster.replicas=1000000000", "cluster.replicas"),  # ~640 TB of replicas
+    (["workload.arrival=closed_loop"], "workload.concurrency=1000000000000", "workload.concurrency"),
+    # conflicting and repeated settings
+    (["engine.kv_num_blocks=1000"], "engine.kv_budget_gb=10", "kv_budget_gb"),
+    ([], "cluster.tp=[4]", "cluster.tp"),
+    (["cluster.replicas=2", "cluster.tp=[4, 4]"], "cost.tp=2", "cost.tp"),
+    (["speculation.max_draft_len=3"], "speculation.max_draft_len=5", "max_draft_len"),
+    (["engine={max_batch_size: 8}"], "engine.max_batch_size=3", "engine.max_batch_size"),
+]
+for extra, bad, needle in NUMBER_FIELDS:
+    case(f"number-{bad}", [*TINY_RUN, *(a for item in extra for a in ("--set", item)), "--set", bad], needle)
+case("number-yaml-nan", ["simulate", "{root}/c.yaml"], "t_base_s",
+     {"c.yaml": "cost: {model: linear_gamma, t_base_s: .nan}\nworkload: {trace: null, num_requests: 4}\n"})
+case("number-yaml-dup-nested", ["simulate", "{root}/c.yaml"], "rate",
+     {"c.yaml": "workload:\n  rate: 1\n  num_requests: 4\n  rate: 2\n"})
+CAPACITY = ["capacity", "examples/scenario_small.yaml", "--out", "{root}/cap"]
+for opt, bad in (("--rate", "inf"), ("--rate", "nan"), ("--rate", "-1"), ("--slo-ttft-ms", "nan"),
+                 ("--slo-ttft-ms", "inf"), ("--slo-tpot-ms", "nan"), ("--slo-tpot-ms", "0"),
+                 ("--max-replicas", "0"), ("--max-replicas", "1000000000000")):
+    good = {"--rate": "1", "--slo-ttft-ms": "100", "--slo-tpot-ms": "50"}
+    argv = [*CAPACITY, *(a for o, v in good.items() if o != opt for a in (o, v)), opt, bad]
+    case(f"capacity{opt}={bad}", argv, opt)
+RECOMMEND = ["recommend", "examples/recommend_known_case.yaml", "--out", "{root}/rec", "--no-progress"]
+for opt, bad in (("--slo-tpot-ms", "nan"), ("--slo-tpot-ms", "inf"), ("--slo-ttft-ms", "nan"), ("--rates", "nan"),
+                 ("--rates", "1,inf")):
+    argv = [*RECOMMEND, *(["--slo-tpot-ms", "10"] if opt != "--slo-tpot-ms" else []), opt, bad]
+    case(f"recommend-number{opt}={bad}", argv, opt)
+for opt, bad in (("--suffix-max-spec-factor", "nan"), ("--suffix-max-spec-offset", "inf"),
+                 ("--suffix-min-token-prob", "nan")):
+    case(f"acceptance{opt}={bad}", ["acceptance", "mtbench", "--drafter", "suffix", opt, bad],
+         opt.lstrip("-").replace("-", "_"))
+
+# --- Files read through one checked path: model folders, chat templates, trace times, profiles, images,
+# --- validate --engine vllm before vLLM, Ray's start (issue 32) -----------------------------------
+# A word-level tokenizer.json the tokenizers library loads: enough for a model folder to render chats.
+TOKENIZER_JSON = json.dumps({
+    "version": "1.0", "truncation": None, "padding": None, "normalizer": None, "post_processor": None,
+    "decoder": None, "pre_tokenizer": {"type": "Whitespace"},
+    "added_tokens": [{"id": 1, "content": "</s>", "single_word": False, "lstrip": False, "rstrip": False,
+                      "normalized": False, "special": True}],
+    "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "</s>": 1, "hi": 2}, "unk_token": "<unk>"}})
+CHAT = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi hi"}]})
+FOLDER_RUN = ["simulate", "--set", "workload.trace={root}/c.jsonl", "--set", "workload.tokenizer={root}/m",
+              "--set", "workload.num_requests=1", "--set", "acceptance.mode=alpha"]
+
+
+def _folder(config: str | bytes, **extra) -> dict:
+    return {"c.jsonl": CHAT + "\n", "m/tokenizer.json": TOKENIZER_JSON, "m/tokenizer_config.json": config, **extra}
+
+
+def _template(source: str) -> dict:
+    return _folder(json.dumps({"eos_token": "</s>", "chat_template": source}))
+
+
+case("folder-config-not-utf8", FOLDER_RUN, "UTF-8", _folder(b'{"eos_token": "\xff"}'))
+case("folder-config-a-list", FOLDER_RUN, "tokenizer_config.json", _folder("[1, 2]"))
+case("folder-jinja-not-utf8", FOLDER_RUN, "chat_template.jinja",
+     _folder(json.dumps({"eos_token": "</s>"}), **{"m/chat_template.jinja": b"{{ '\xfe' }}"}))
+case("template-division-by-zero", FOLDER_RUN, "ZeroDivisionError", _template("{{ 1 / 0 }}"))
+case("template-sandbox-range", FOLDER_RUN, "chat_template", _template("{% for i in range(10**7) %}{% endfor %}"))
+case("template-100mb-render", FOLDER_RUN, "chat_template", _template("{{ 'x' * 100000000 }}"))
+case("template-100mb-streamed", FOLDER_RUN, "chat_template",
+     _template("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"))
+case("template-nested-ranges", FOLDER_RUN, "chat_template",
+     _template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"))
+case("template-ljust", FOLDER_RUN, "chat_template", _template("{{ 'x'.ljust(10**10) }}"))
+case("template-center", FOLDER_RUN, "chat_template", _template("{{ 'x' | center(10**10) }}"))
+case("template-power", FOLDER_RUN, "chat_template", _template("{{ 7 ** (10 ** 10) }}"))
+case("template-recursion", FOLDER_RUN, "chat_template",
+     _template("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"))
+ARRIVAL_RUN = ["simulate", "--set", "workload.trace={root}/t.jsonl", "--set", "workload.arrival=trace",
+               "--set", "workload.num_requests=1", "--set", "acceptance.mode=alpha"]
+for bad in ("NaN", "Infinity", "1e300", "-1"):
+    case(f"trace-arrival-{bad}", ARRIVAL_RUN, "arrival_s",
+         {"t.jsonl": TOK[:-1] + f', "arrival_s": {bad}}}\n'})
+MOONCAKE = '{{"timestamp": {t}, "input_length": 3, "output_length": 2, "hash_ids": [1]}}\n'
+for bad in ("NaN", "-Infinity", "1e400"):
+    case(f"mooncake-timestamp-{bad}", ["workloads", "show", "{root}/m.jsonl", "--format", "mooncake"], "timestamp",
+         {"m.jsonl": MOONCAKE.format(t=bad)})
+case("mooncake-span-1e300", ["workloads", "show", "{root}/m.jsonl", "--format", "mooncake"], "mooncake-2",
+     {"m.jsonl": MOONCAKE.format(t=0) + MOONCAKE.format(t="1e300")})
+for dotted, value, needle in (("eager_overhead_s", ".nan", "eager_overhead_s"),
+                              ("provenance.heldout_median_abs_error", -0.1, "heldout_median_abs_error"),
+                              ("provenance.heldout_median_abs_error", ".inf", "heldout_median_abs_error")):
+    case(f"profile-{dotted}={value}-show", ["profile", "show", "{root}/p.yaml"], needle,
+         {"p.yaml": _profile_text(dotted, value)})
+case("tokenizer-gz-not-gzip", ["workloads", "show", "{root}/c.jsonl", "--format", "chat", "--tokenizer",
+                               "{root}/t.model.gz"], "t.model.gz", {"c.jsonl": CHAT + "\n", "t.model.gz": b"garbage"})
+case("tokenizer-gz-cut-short", ["workloads", "show", "{root}/c.jsonl", "--format", "chat", "--tokenizer",
+                                "{root}/t.model.gz"], "t.model.gz",
+     {"c.jsonl": CHAT + "\n", "t.model.gz": gzip.compress(b"x" * 1000)[:20]})
+case("profile-heldout_points=-3-show", ["profile", "show", "{root}/p.yaml"], "heldout_points",
+     {"p.yaml": _profile_text("provenance.heldout_points", -3)})
+case("profile-plot-unknown-image-type", ["profile", "plot", "h200/llama-3.1-8b", "--out", "{root}/x.xyz"], ".xyz")
+VLLM = ["validate", "--engine", "vllm", "--out", "{root}/v"]
+case("vllm-lookup-min-above-max", [*VLLM, "--speculative-config", json.dumps(
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2})],
+     "prompt_lookup_min")
+case("vllm-lookup-zero", [*VLLM, "--speculative-config", json.dumps(
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 0})], "prompt_lookup_max")
+case("vllm-missing-model-folder", [*VLLM, "--model", "{root}/no-such-model"], "no-such-model")
+case("vllm-folder-without-config", [*VLLM, "--model", "{root}/adir"], "config.json")
+case("vllm-missing-trace", [*VLLM, "--model", "{root}/m", "--trace", "{root}/nosuch.jsonl"], "nosuch.jsonl",
+     {"m/config.json": "{}"})

@@ -113,3 +113,94 @@ def test_bad_logs_are_one_line(tmp_path, text, word):
     log.write_text(text)
     r = run("--from-logs", str(log), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and word in r.stderr and "Traceback" not in r.stderr
+
+
+def _write_log(tmp_path, text):
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    return log
+
+
+def test_label_values_with_braces_and_escaped_quotes_count_every_sample(tmp_path):
+    # three label sets; two have label values a hand-rolled regex misreads ('}' inside, escaped quotes)
+    labels = ['model_name="plain"', 'model_name="odd}name"', r'model_name="say \"hi\""']
+    lines = ["# TYPE vllm:spec_decode_num_drafts counter", "# TYPE vllm:spec_decode_num_draft_tokens counter",
+             "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter"]
+    for lab in labels:  # each label set: 10 drafts of K = 2, positions accepted 6 and 3 times
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} 10.0",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} 20.0",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} 9.0",
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} 6.0',
+                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} 3.0']
+    r = run("--from-logs", str(_write_log(tmp_path, "\n".join(lines) + "\n")), "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    acc = json.loads(r.stdout)["acceptance"]
+    assert acc["num_drafts"] == 30  # all three label sets
+    assert acc["per_position"] == pytest.approx([18 / 30, 9 / 18])
+    assert acc["mean_acceptance_length"] == pytest.approx(1 + 27 / 30)
+    assert acc["mean_draft_length"] == pytest.approx(60 / 30)
+
+
+def test_a_missing_field_is_one_line_on_the_command_line(tmp_path):
+    rec = _trt()
+    del rec["specDecodingStats"]["numRequestsWithDraftTokens"]
+    r = run("--from-logs", str(_write_log(tmp_path, json.dumps([rec]))), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "numRequestsWithDraftTokens: missing" in r.stderr
+
+
+def test_vllm_mean_draft_length_counts_short_drafts(tmp_path):
+    # 4 drafts proposing 3, 3, 1, 1 tokens (n-gram found fewer): 8 draft tokens, mean 2
+    text = ("vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_draft_tokens_total 8\n"
+            "vllm:spec_decode_num_accepted_tokens_total 3\n"
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 2\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 1\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 0\n')
+    from specplan.calibration.from_logs import calibrate_from_logs
+
+    acc = calibrate_from_logs([_write_log(tmp_path, text)], tmp_path / "o")["acceptance"]
+    assert acc["mean_draft_length"] == 2.0 and acc["max_draft_len"] == 3
+
+
+def _trt(**spec):
+    rec = {"iterLatencyMS": 10.0, "inflightBatchingStats": {"numContextRequests": 0, "numGenRequests": 4, "numCtxTokens": 0},
+           "specDecodingStats": {"numDraftTokens": 12, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 4,
+                                 "iterLatencyMS": 0.5}}
+    rec["specDecodingStats"].update(spec)
+    return rec
+
+
+def test_trtllm_mean_draft_length_and_draft_latency(tmp_path):
+    from specplan.calibration.from_logs import calibrate_from_logs
+
+    recs = [_trt(), _trt(numDraftTokens=4, numAcceptedTokens=2, numRequestsWithDraftTokens=2, iterLatencyMS=1.5)]
+    acc = calibrate_from_logs([_write_log(tmp_path, json.dumps(recs))], tmp_path / "o")["acceptance"]
+    assert acc["mean_draft_length"] == pytest.approx(16 / 6) and acc["mean_draft_latency_ms"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("text, words", [
+    # TensorRT-LLM's documented /metrics sample has no numRequestsWithDraftTokens: named, not read as 0
+    (json.dumps([{"iterLatencyMS": 10.0, "inflightBatchingStats": {"numContextRequests": 0, "numGenRequests": 1,
+                                                                   "numCtxTokens": 0},
+                  "specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 1, "acceptanceLength": 2.0}}]),
+     ["specDecodingStats.numRequestsWithDraftTokens", "missing"]),
+    (json.dumps([_trt(numAcceptedTokens=13)]), ["numAcceptedTokens 13", "exceeds numDraftTokens 12"]),
+    (json.dumps([{**_trt(), "iterLatencyMS": -1.0}]), ["iterLatencyMS", ">= 0", "-1.0"]),
+    (json.dumps([_trt(numDraftTokens="12")]), ["specDecodingStats.numDraftTokens", "'12'"]),
+    ('[{"iterLatencyMS": NaN, "inflightBatchingStats": {}}]', ["iterLatencyMS", "nan"]),
+    ('["not json"]', ["record 0", "IterationStats"]),
+    ("vllm:spec_decode_num_drafts_total NaN\nvllm:spec_decode_num_draft_tokens_total 3\n"
+     "vllm:spec_decode_num_accepted_tokens_total 1\n", ["vllm:spec_decode_num_drafts_total", "nan"]),
+    ("# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total +Inf\n", ["inf"]),
+    ("vllm:spec_decode_num_drafts_total 2\nvllm:spec_decode_num_draft_tokens_total 3\n"
+     "vllm:spec_decode_num_accepted_tokens_total 5\n", ["accepted_tokens 5", "exceeds", "draft_tokens 3"]),
+])
+def test_bad_log_fields_are_named(tmp_path, text, words):
+    from specplan.calibration.from_logs import calibrate_from_logs
+    from specplan.errors import TraceError
+
+    with pytest.raises(TraceError) as err:
+        calibrate_from_logs([_write_log(tmp_path, text)], tmp_path / "o")
+    message = str(err.value)
+    assert "\n" not in message and all(w.lower() in message.lower() for w in words), message

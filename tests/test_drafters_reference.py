@@ -234,7 +234,8 @@ def test_suffix_decoding_matches_reference(requests, depth, max_cached, factor, 
     _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions, max_model_len)
 
 
-def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions, max_model_len=None):
+def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions, max_model_len=None, check=None):
+    """Drafts equal step for step; ``check(oracle, cache)`` runs after every proposal and finish."""
     settings = DrafterSettings(kind="suffix", max_draft_len=5, suffix_max_tree_depth=depth,
                                suffix_max_cached_requests=max_cached, suffix_max_spec_factor=factor,
                                suffix_max_spec_offset=offset, suffix_min_token_prob=min_prob,
@@ -246,6 +247,8 @@ def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions
         if r.output_len == 1:
             cache.finish(rid, r.prompt_ids.tolist(), r.output_ids.tolist())
             oracle.on_finish(np.array([rid]))
+            if check is not None:
+                check(oracle, cache)
     nonempty = 0
     for pick, k in actions:
         alive = [i for i, r in enumerate(requests) if committed[i] < r.output_len]
@@ -259,11 +262,15 @@ def _drive_suffix(requests, depth, max_cached, factor, offset, min_prob, actions
                              10 ** 9 if max_model_len is None else max_model_len)
         got = oracle.propose(rid, c, k).tolist()
         assert got == want, (rid, c, k)
+        if check is not None:
+            check(oracle, cache)
         nonempty += len(got) > 0
         committed[rid] += min(ref.lcp(got, tokens[r.prompt_len + c:]) + 1, r.output_len - c)
         if committed[rid] >= r.output_len:
             cache.finish(rid, tokens[:r.prompt_len], tokens[r.prompt_len:])
             oracle.on_finish(np.array([rid]))
+            if check is not None:
+                check(oracle, cache)
     return nonempty
 
 
@@ -271,6 +278,47 @@ def test_suffix_decoding_matches_reference_on_real_trace(real_trace):
     short = sorted(real_trace, key=lambda r: r.prompt_len + r.output_len)[:6]
     actions = [(i % 6, 5) for i in range(400)]
     assert _drive_suffix(short, 24, 3, 1.0, 0.0, 0.1, actions) > 50
+
+
+def _runs_held(tree):
+    """Runs of equal counts over every sibling list of a reference tree."""
+    n = 0
+    for parent, kids in tree.order.items():
+        counts = [tree.live[parent + (t,)] for t in kids]
+        n += sum(1 for i, c in enumerate(counts) if i == 0 or counts[i - 1] != c)
+    return n
+
+
+@pytest.mark.parametrize("max_cached", [1, 2, 4])
+def test_suffix_eviction_frees_ids_on_real_trace(real_trace, max_cached):
+    """Regression: each evicted path stored again leaked run ids (``SuffixTrie.runs``) until the compiled
+    code wrote past the array's end (heap corruption at ``--suffix-max-cached-requests 1``).
+
+    Three requests in flight at a time, so in-flight slots are evicted too. Besides equal drafts, the
+    global trie holds exactly the reference's nodes at every step and its runs at every finish;
+    freed ids are taken first, so node ids ever allocated equal the peak of nodes held, and run ids
+    stay below it (a run holds at least one node besides the root).
+    """
+    requests, depth = sorted(real_trace, key=lambda r: r.prompt_len + r.output_len)[:8], 24
+    peak, finished = [0], set()
+
+    def check(oracle, cache):
+        g, tree = oracle._global, cache.global_tree
+        assert g.num_nodes == 1 + len(tree.live)
+        peak[0] = max(peak[0], g.num_nodes)
+        node_ids, run_ids = g.ids_allocated
+        assert node_ids == peak[0] and run_ids < node_ids
+        done = oracle._added.keys() - oracle._local.keys()
+        if done - finished:
+            assert g.num_runs == _runs_held(tree)
+            finished.update(done)
+
+    actions = [(i % 3, 4) for i in range(3000)]
+    assert _drive_suffix(requests, depth, max_cached, 1.0, 0.0, 0.1, actions, check=check) > 100
+    assert len(finished) == len(requests)
+    # at most max_cached responses held, each position starting one stored suffix of <= depth nodes
+    longest = sorted(r.output_len for r in requests)[-max_cached:]
+    assert peak[0] <= 1 + depth * sum(longest)
 
 
 def _drive_sa_global(requests, k_max, n, slots, batch, ks):

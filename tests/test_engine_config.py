@@ -71,10 +71,11 @@ def test_serve_command_lines(tmp_path):
     r = import_engine_config(vllm)
     assert r.sections == {"engine": {"engine": "vllm", "max_batch_size": 32, "max_num_tokens": 2048,
                                      "enable_chunked_prefill": True, "kv_block_size": 16},
-                          "cost": {"tp": 2},
+                          # the served model is the catalogue's Llama-3.1-8B
+                          "cost": {"model_name": "llama-3.1-8b", "tp": 2},
                           "speculation": {"decoding_type": "vllm_ngram", "max_draft_len": 4, "prompt_lookup_min": 2,
                                           "prompt_lookup_max": 4}}
-    assert [f for f, _ in r.ignored] == ["meta-llama/Llama-3.1-8B-Instruct"]
+    assert r.ignored == []
     (tmp_path / "opts.yaml").write_text(TRT_YAML)
     trt = tmp_path / "trt.sh"
     trt.write_text("trtllm-serve /models/llama --backend pytorch --max_batch_size 8 --tp_size 4 "

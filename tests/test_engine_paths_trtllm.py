@@ -132,32 +132,58 @@ class _AcceptNothing(AcceptanceOracle):
         return np.full(len(rids), k, dtype=np.int64), np.zeros(len(rids), dtype=np.int64)
 
 
-def test_stamped_requests_keep_a_one_token_budget():
+def _stamped_run(scheduler: str):
     # NGram path, K 4 padded, schedule {2: 4} (lower bounds: 1 active -> 0), max_num_tokens 6, two
     # clients: A (10 tokens) then C (10 tokens, 0.05 s think time) on one, B (40 tokens) on the other.
-    # 1. A and B active, speculation on: a generation row costs 1 + 4 = 5, so only A fits (B waits).
-    # 2. A done, B alone: K = 0, speculation off, B is scheduled and stamped py_disable_speculative_decoding.
-    # 3. C arrives, speculation on again: stamped B gets no placeholders (1 token), C costs 5: both fit
-    #    in 6, and the NGram drafter still drafts B, padded to 1 + 4: 10 verified tokens per step.
     settings = EngineSettings(8, 6, 8, 16, 1000, "GUARANTEED_NO_EVICT", False, False, True, 4,
                               draft_len_schedule={2: 4}, schedule_lookup="lower_bound", verify_width="static",
-                              drafter="NGram", path=TRT_DRAFTER)
+                              drafter="NGram", path=TRT_DRAFTER, kv_cache_scheduler=scheduler)
     plen, olen = np.array([1, 1, 1]), np.array([10, 40, 10])
     wl = Workload(plen, olen, None, np.array([-1, -1, -1]), concurrency=2, think_time=np.array([0.0, 0.0, 0.05]))
     ex = Executor(settings, wl, _AcceptNothing(plen, olen), _FixedCost())
     ex.run()
     names = ("iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
-             "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens")
+             "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "charged_tokens",
+             "kv_reserved_tokens")
     it = {n: ex.trace.iterations.column(n) for n in names}
     first_a = ex.trace.finish[0]
+    # 1. A and B active, speculation on: a generation row costs 1 + 4 = 5, so only A fits (B waits).
     phase1 = (it["start_s"] < first_a - 1e-9) & (it["prefill_tokens"] == 0)
     assert phase1.sum() == 9 and (it["batch_rows"][phase1] == 1).all() and it["spec_on"][phase1].all()
+    # 2. A done, B alone: K = 0, speculation off, B is scheduled and stamped py_disable_speculative_decoding;
+    #    the schedule resolved K = 0, so both schedulers charge 1.
     alone = it["num_active"] == 1
-    assert alone.sum() >= 4 and not it["spec_on"][alone].any()
+    assert alone.sum() >= 4 and not it["spec_on"][alone].any() and (it["charged_tokens"][alone] == 1).all()
+    return ex, it
+
+
+def test_stamped_requests_keep_a_one_token_budget_under_kv_cache_v2_scheduler():
+    # 3. (KVCacheV2Scheduler: 1 + len(py_draft_tokens)) C arrives, speculation on again: stamped B has
+    #    no placeholders (1 token), C costs 5: both fit in 6, and the NGram drafter still drafts B,
+    #    padded to 1 + 4: 10 verified tokens per step.
+    ex, it = _stamped_run("v2")
     both = (it["num_active"] == 2) & (it["gen_rows"] == 2)
     assert both.sum() == 9  # C's 9 decode steps after its prefill
     assert (it["batch_rows"][both] == 2).all() and (it["verified_tokens"][both] == 10).all()
-    assert (it["drafted"][both] == 8).all()
+    assert (it["drafted"][both] == 8).all() and (it["charged_tokens"][both] == 6).all()
+
+
+def test_stamped_requests_are_charged_the_placeholders_under_the_default_scheduler():
+    # 3. (MicroBatchScheduler, V1: the C++ draft_tokens stamp [0] * 4 ignores py_disable_speculative_decoding)
+    #    C arrives: B (stamped) is charged 1 + 4 = 5 and C's 1-token prefill fits beside it (6); from
+    #    then on B 5 + C 5 > 6, so only B runs, verified 1 + 4 (drafted and padded although stamped),
+    #    KV grown by 1 + K_static = 5, until B completes; C decodes alone after it (K = 0: 1 token).
+    ex, it = _stamped_run("v1")
+    assert not ((it["num_active"] == 2) & (it["gen_rows"] == 2)).any()
+    both = (it["num_active"] == 2) & (it["prefill_tokens"] == 0)
+    assert both.sum() > 10 and (it["batch_rows"][both] == 1).all() and (it["charged_tokens"][both] == 5).all()
+    assert (it["verified_tokens"][both] == 5).all() and (it["drafted"][both] == 4).all()
+    assert (it["kv_reserved_tokens"][both] == 5).all()
+    c_prefill = (it["num_active"] == 2) & (it["prefill_tokens"] == 1)
+    assert c_prefill.sum() == 1 and (it["charged_tokens"][c_prefill] == 6).all()
+    assert ex.trace.first_token[2] < ex.trace.finish[1] < ex.trace.finish[2]
+    c_alone = it["start_s"] >= ex.trace.finish[1] - 1e-9
+    assert c_alone.sum() == 9 and (it["charged_tokens"][c_alone] == 1).all()
 
 
 def _ngram_specbench():

@@ -55,6 +55,17 @@ def test_chunked_prefill_always_on(make_config):
     assert res.iterations["prefill_tokens"].tolist()[:4] == [32, 32, 32, 4]
 
 
+def test_a_decode_row_cut_by_the_budget_verifies_only_the_drafts_it_holds():
+    # K 4, budget 8, two 1-token prompts, every draft of 4 accepted. Step 1 prefills both (1 + 1);
+    # both propose 4. Step 2: request 0 takes 1 + 4 = 5, request 1 the 3 left (Scheduler.schedule:
+    # min(num_new_tokens, token_budget)), so its draft is cut to 2 and it commits 2 + 1: drafted
+    # 4 + 2, accepted 6, committed 5 + 3, 8 tokens charged and verified.
+    it = _run([1, 1], [40, 40], cap=[4, 4], accept_all=True, max_num_tokens=8)
+    step2 = [int(it[c][1]) for c in ("batch_rows", "drafted", "accepted", "committed", "verified_tokens",
+                                      "charged_tokens")]
+    assert step2 == [2, 6, 6, 8, 8, 8]
+
+
 def test_decode_rows_cost_one_plus_their_draft():
     # K 4, budget 6: request 0 proposes 4 tokens (costs 5), request 1 proposes none (costs 1):
     # both fit in 6 each step. Charged 1 + K = 5 each, only one would fit.
@@ -141,11 +152,12 @@ def test_dynamic_sd_pays_piecewise_cuda_graphs(make_config):
     np.testing.assert_allclose(off.iterations["step_s"], a["step_s"], rtol=1e-12)
 
 
-@pytest.mark.parametrize("prompt_len,second_prefill", [(70, 70 - 64), (64, 1)])
+@pytest.mark.parametrize("prompt_len,second_prefill", [(70, 70 - 64), (64, 64 - 48)])
 def test_prefix_caching_skips_cached_prompt_blocks(prompt_len, second_prefill):
     # Block size 16, two requests with the same prompt, one client. The first prefills everything and
     # caches its 4 full blocks (64 tokens); the second starts with them computed: 70 - 64 = 6 tokens
-    # left, or for a 64-token prompt 63 (the last prompt token is always recomputed): 1 left.
+    # left. A hit is whole blocks within num_tokens - 1 (get_computed_blocks: the last prompt token is
+    # always recomputed): for a 64-token prompt 63 tokens hold 3 whole blocks, 48: 16 left.
     from specplan.simulator.prefix_cache import PrefixCache
     from specplan.workloads.request import Request
 
@@ -160,6 +172,48 @@ def test_prefix_caching_skips_cached_prompt_blocks(prompt_len, second_prefill):
     prefill = ex.trace.iterations.column("prefill_tokens").tolist()
     assert [p for p in prefill if p] == [prompt_len, second_prefill]
     assert cache.hit_tokens == prompt_len - second_prefill
+
+
+def _burst(mode, arrivals, max_num_tokens=8192):
+    from specplan.simulator.prefix_cache import PrefixCache
+    from specplan.workloads.request import Request
+
+    n = len(arrivals)
+    reqs = [Request(id=str(i), prompt_ids=np.arange(40), output_ids=np.arange(5) + 1000 * (i + 1)) for i in range(n)]
+    plen, olen = np.full(n, 40), np.full(n, 5)
+    settings = EngineSettings(8, max_num_tokens, 8, 16, 10000, "GUARANTEED_NO_EVICT", True, False, False, 0, path=VLLM)
+    wl = Workload(plen, olen, np.asarray(arrivals, dtype=float), np.full(n, -1))
+    cache = PrefixCache(reqs, 16, mode)
+    ex = Executor(settings, wl, _Fixed(plen, olen, [0] * n, False), _FixedCost(), prefix_cache=cache)
+    ex.run()
+    return ex.trace.iterations.column("prefill_tokens").tolist(), cache.hit_tokens
+
+
+def test_vllm_prefix_cache_hits_within_the_step_that_computes_the_blocks():
+    # Three 40-token prompts, the same tokens, arriving together; block 16. Scheduler.schedule's
+    # waiting loop: request 0 finds nothing and its 2 full blocks are cached as they are allocated
+    # (allocate_slots -> cache_blocks); requests 1 and 2, later in the same step, hit (40 - 1) // 16 = 2
+    # blocks: 32 tokens each, 8 left to prefill. Step 1 prefills 40 + 8 + 8.
+    from specplan.simulator.prefix_cache import AFTER_STEP, SAME_STEP
+
+    prefill, hits = _burst(SAME_STEP, [0, 0, 0])
+    assert prefill[0] == 56 and hits == 64
+    # TensorRT-LLM's block reuse stores blocks once computed: nothing to reuse within step 1.
+    prefill, hits = _burst(AFTER_STEP, [0, 0, 0])
+    assert prefill[0] == 120 and hits == 0
+    # Budget 45: request 0 takes 40, request 1 (hit 32) gets the 5 left; request 2 is not reached,
+    # so it looks up only in step 2 (hit 32): step 2 prefills 1's last 3 and 2's 8.
+    prefill, hits = _burst(SAME_STEP, [0, 0, 0], max_num_tokens=45)
+    assert prefill[:2] == [45, 11] and hits == 64
+
+
+def test_trt_block_reuse_serves_blocks_computed_by_an_earlier_step():
+    # Request 1 arrives during step 1 (10 ms steps): at step 2 request 0's 2 blocks were computed by
+    # step 1, so block reuse serves 32 of request 1's 40 tokens (request 0 has not completed).
+    from specplan.simulator.prefix_cache import AFTER_STEP
+
+    prefill, hits = _burst(AFTER_STEP, [0, 0.005])
+    assert [p for p in prefill if p] == [40, 8] and hits == 32
 
 
 def test_prefix_caching_is_vllm_default(make_config):

@@ -119,3 +119,14 @@ def test_scenarios_cover_the_settings(runs):
     assert {c.engine.enable_chunked_prefill for c in cfgs} == {True, False}
     assert any(c.speculation.max_draft_len == 0 for c in cfgs) and any(c.speculation.draft_len_schedule for c in cfgs)
     assert sum(r.summary["drafted_tokens"] > 0 for _, r in runs) >= SCENARIOS // 2
+
+
+def test_the_token_budget_holds_and_pays_for_the_forward(runs):
+    # The scheduler never charges more than max_num_tokens; under the default scheduler (V1) every row
+    # is charged at least what it computes (placeholders may charge more than the forward, never less),
+    # and KV grows by at least the forward's tokens.
+    for cfg, res in runs:
+        it = res.iterations
+        forward = it["prefill_tokens"] + it["verified_tokens"]
+        assert (it["charged_tokens"] <= cfg.engine.max_num_tokens).all()
+        assert (it["charged_tokens"] >= forward).all() and (it["kv_reserved_tokens"] >= forward).all()

@@ -10,8 +10,9 @@ from hypothesis import given, settings, strategies as st
 from specplan.config import build_config
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.terms import BatchTerms
-from specplan.simulator import span, step
+from specplan.simulator import prefix_cache, span, step
 from specplan.simulator.control import BUDGETS, VERIFY_WIDTHS
+from specplan.simulator.emissions import ITERATION_FIELDS
 from specplan.simulator.run import simulate
 from specplan.simulator.scheduler import GUARANTEED_NO_EVICT, MAX_UTILIZATION, schedule_step
 from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL, RequestState
@@ -33,43 +34,83 @@ def state(plen, olen, computed=None, generated=None, started=None):
 
 
 def schedule(st_, held, *, max_num_tokens, max_batch_size=8, chunked=True, policy=GUARANTEED_NO_EVICT,
-             spec=True, stamp=False, k=4, k_static=4, budget="placeholder", width="static", num_blocks=1000):
+             spec=True, stamp=False, k=4, k_static=4, k_charge=None, budget="v2", width="static", num_blocks=1000,
+             equal_progress=False):
     out = [np.zeros(max_batch_size, dtype=np.int64) for _ in range(2)] + [np.zeros(max_batch_size, dtype=bool),
                                                                         np.zeros(max_batch_size, dtype=np.int64)]
     n = schedule_step(st_.act, st_.counters, st_.plen, st_.olen, st_.computed, st_.ctx_target, st_.generated,
                       st_.started, st_.reserved, held, st_.disable_spec, st_.pending_drafted, spec, stamp, k, k_static,
-                      BUDGETS[budget], VERIFY_WIDTHS[width], policy, max_num_tokens, max_batch_size, chunked,
-                      num_blocks, BLOCK, *out)
+                      k if k_charge is None else k_charge, BUDGETS[budget], VERIFY_WIDTHS[width], policy, max_num_tokens, max_batch_size, chunked,
+                      num_blocks, BLOCK, *out, st_.rid, *prefix_cache.arrays(None), st_.pc_done, equal_progress)
     rows, q, ctx, _ = (a[:n] for a in out)
     return rows.tolist(), q.tolist(), ctx.tolist()
 
 
 def test_fcfs_with_break_and_the_chunk_of_the_first_context_request_that_does_not_fit():
     # 0 decodes (1 + K = 5 placeholders), 1 still needs 300 prompt tokens, 2 and 3 decode.
+    # TensorRT-LLM's PyMicroBatchScheduler.schedule with chunking: the context is set aside and does not
+    # stop the pass; 2 and 3 behind it are charged first (5 + 5 + 5 = 15), then the context gets the
+    # 85 left, truncated, so rounded down to the chunk unit (the KV block, 16): 80. Generation rows
+    # come first in the rows, the context after them.
     plen, olen = [10, 300, 10, 10], [50] * 4
     computed, generated, started = [10, 0, 10, 10], [3, 0, 3, 3], [True, False, True, True]
     held = np.zeros(4, dtype=np.int64)
     st_ = state(plen, olen, computed, generated, started)
-    assert schedule(st_, held, max_num_tokens=100) == ([0, 1], [5, 95], [False, True])
+    assert schedule(st_, held, max_num_tokens=100) == ([0, 2, 3, 1], [5, 5, 5, 80], [False, False, False, True])
     st_ = state(plen, olen, computed, generated, started)
     assert schedule(st_, held, max_num_tokens=100, chunked=False) == ([0], [5], [False])  # the pass breaks at 1
     st_ = state(plen, olen, computed, generated, started)
-    assert schedule(st_, held, max_num_tokens=1000) == ([0, 1, 2, 3], [5, 300, 5, 5], [False, True, False, False])
+    assert schedule(st_, held, max_num_tokens=1000) == ([0, 2, 3, 1], [5, 5, 5, 300], [False, False, False, True])
     st_ = state(plen, olen, computed, generated, started)
+    # the set-aside context counts toward max_batch_size: the pass stops after it
     assert schedule(st_, held, max_num_tokens=1000, max_batch_size=2) == ([0, 1], [5, 300], [False, True])
     st_ = state(plen, olen, computed, generated, started)
     st_.disable_spec[2] = True  # py_disable_speculative_decoding: one token, no placeholders
-    assert schedule(st_, held, max_num_tokens=1000)[1] == [5, 300, 1, 5]
-    # Speculation off on the drafter path: one token per generation row, and the scheduled rows (0
-    # and the chunk of 1, not 2 and 3 past the budget) are stamped.
+    assert schedule(st_, held, max_num_tokens=1000)[1] == [5, 1, 5, 300]
+    # Speculation off on the drafter path: one token per generation row (3), the context 97 // 16 x 16
+    # = 96, and every scheduled row is stamped.
     st_ = state(plen, olen, computed, generated, started)
-    assert schedule(st_, held, max_num_tokens=100, spec=False, stamp=True) == ([0, 1], [1, 99], [False, True])
-    assert st_.disable_spec.tolist() == [True, True, False, False]
+    assert schedule(st_, held, max_num_tokens=100, spec=False, stamp=True) == ([0, 2, 3, 1], [1, 1, 1, 96],
+                                                                               [False, False, False, True])
+    assert st_.disable_spec.tolist() == [True, True, True, True]
+    # The default scheduler (v1) charges the C++ stamp [0] * K whatever the flag or on/off: 1 + 4 for
+    # stamped 2 and for every row of a step with speculation off (only K = 0 charges 1).
+    st_ = state(plen, olen, computed, generated, started)
+    st_.disable_spec[2] = True
+    assert schedule(st_, held, max_num_tokens=1000, budget="v1")[1] == [5, 5, 5, 300]
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=100, spec=False, budget="v1") == ([0, 2, 3, 1], [5, 5, 5, 80],
+                                                                                [False, False, False, True])
+    st_ = state(plen, olen, computed, generated, started)
+    assert schedule(st_, held, max_num_tokens=100, spec=False, k=0, budget="v1") == ([0, 2, 3, 1], [1, 1, 1, 96],
+                                                                                     [False, False, False, True])
+
+
+def test_a_vllm_decode_row_that_does_not_fit_gets_the_tokens_left():
+    # vLLM (Scheduler.schedule, running loop): num_new_tokens = min(num_new_tokens, token_budget).
+    # Rows 0, 2, 3 decode holding drafts of 3, 4 and 2, row 1 is a fresh 300-token prompt; budget 9:
+    # row 0 takes 1 + 3 = 4 and row 1 the 5 left as its chunk; nothing is left for 2 and 3.
+    plen, olen = [10, 300, 10, 10], [50] * 4
+    computed, generated, started = [10, 0, 10, 10], [3, 0, 3, 3], [True, False, True, True]
+    held = np.zeros(4, dtype=np.int64)
+    st_ = state(plen, olen, computed, generated, started)
+    st_.pending_drafted[:] = [3, 0, 4, 2]
+    assert schedule(st_, held, max_num_tokens=9, budget="draft", width="draft") == ([0, 1], [4, 5], [False, True])
+    # Decode rows only, budget 11: 4 + 5 = 9 leaves 2 for the third row's 1 + 2: it runs with 2 tokens
+    # (its draft cut to 1). With budget 9 nothing is left for it: the pass ends with the budget.
+    st_ = state([10, 10, 10], [50] * 3, [10] * 3, [3] * 3, [True] * 3)
+    st_.pending_drafted[:] = [3, 4, 2]
+    assert schedule(st_, held[:3], max_num_tokens=11, budget="draft", width="draft") == ([0, 1, 2], [4, 5, 2],
+                                                                                       [False] * 3)
+    st_ = state([10, 10, 10], [50] * 3, [10] * 3, [3] * 3, [True] * 3)
+    st_.pending_drafted[:] = [3, 4, 2]
+    assert schedule(st_, held[:3], max_num_tokens=9, budget="draft", width="draft") == ([0, 1], [4, 5], [False] * 2)
 
 
 def test_guaranteed_no_evict_stops_at_the_first_request_it_cannot_reserve():
-    # Whole lives need ceil((plen + olen + K) / 16) blocks: 5, 5, 2; 11 blocks are free.
-    st_ = state([40, 40, 10], [36, 36, 10])
+    # Whole lives need ceil((plen + olen) / 16) blocks (getRemainingBlocksToCompletion: prompt + max
+    # new tokens, no drafts): 5, 5, 2 (with K = 4 in it, 6, 6, 2 and only 0 would start); 11 free.
+    st_ = state([40, 40, 10], [40, 40, 10])
     held = np.zeros(3, dtype=np.int64)
     rows, _, _ = schedule(st_, held, max_num_tokens=1000, num_blocks=11)
     assert rows == [0, 1]  # request 2 would fit, but the pass stops at the first that does not
@@ -116,7 +157,7 @@ def test_price_step_terms_equal_the_numpy_reduction(rows_spec):
     rows = np.arange(n, dtype=np.int64)
     held = np.zeros(n, dtype=np.int64)
     resident, terms = np.zeros(n, dtype=np.int64), np.zeros(step.NUM_TERMS)
-    ok = step.price_step(rows, q, q.copy(), ctx, n, False, st_.plen, st_.generated, st_.computed, held,
+    ok = step.price_step(rows, q, q.copy(), ctx, q.copy(), n, False, st_.plen, st_.generated, st_.computed, held,
                          st_.counters, 10**9, BLOCK, resident, terms)
     expect_resident = np.where(ctx, st_.computed, plen + st_.generated - 1)
     assert ok and resident.tolist() == expect_resident.tolist()
@@ -139,8 +180,8 @@ def test_commit_step_commits_clamps_rewinds_and_completes():
     drafted, accepted = np.array([4, 2], dtype=np.int64), np.array([3, 1], dtype=np.int64)
     hist = np.zeros(5, dtype=np.int64)
     em = (np.zeros(8, dtype=np.int32), np.zeros(8), np.zeros(8, dtype=np.int32))
-    log = np.zeros((4, 16))
-    record = np.array([7, 1.5, 0.25, 3, 2, 4, 1], dtype=float)
+    log = np.zeros((4, len(ITERATION_FIELDS)))
+    record = np.array([7, 1.5, 0.25, 3, 2, 4, 1, 21], dtype=float)
     finished, stats = np.zeros(3, dtype=np.int64), np.zeros(step.NUM_STATS, dtype=np.int64)
     ok = step.commit_step(rows, q_sched, q, ctx, 3, drafting, drafted, accepted, hist, 1.75, st_.plen, st_.olen,
                           st_.computed, st_.ctx_target, st_.generated, st_.emits, st_.first_token, st_.finish, held,
@@ -155,7 +196,8 @@ def test_commit_step_commits_clamps_rewinds_and_completes():
     assert held.tolist() == [2, 0, 1] and st_.counters[KV_USED] == 3
     assert finished[:stats[step.FINISHED]].tolist() == [1] and st_.finish[1] == 1.75
     assert st_.act[:st_.counters[N_ACTIVE]].tolist() == [0, 2] and st_.counters[DONE] == 1
-    assert log[0].tolist() == [7, 1.5, 0.25, 3, 2, 3, 2, 8, 4, 1, 6, 4, 16 - 8, 5, 1, 5]
+    # the last column (verified_draft_tokens): the draft positions verified, 4 of row 1 and 2 of row 2
+    assert log[0].tolist() == [7, 1.5, 0.25, 3, 2, 3, 2, 8, 4, 1, 6, 4, 16 - 8, 5, 1, 5, 8 + 5 + 5, 21, 4 + 2]
     assert stats[step.ACCEPTED] == 4 and stats[step.DRAFTED] == 6 and stats[step.VERIFIED] == 4 + 2
 
 

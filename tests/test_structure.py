@@ -88,8 +88,10 @@ def test_data_flows_one_way():
     edges = import_graph()
     # Workloads produce requests and know nothing of acceptance, the simulator or costs.
     assert not edges["workloads"] & {"acceptance", "simulator", "cost_models", "sweeps", "reports"}
-    # The schema is the bottom layer: config reads no other subpackage but errors, its rules and strict YAML.
-    assert edges["config"] <= {"errors", "config_rules", "strict_yaml"}
+    # The schema is the bottom layer: config reads no other subpackage but errors, its rules (one
+    # engine's, across sections, overrides, error lines), strict YAML and the machine's limits.
+    assert edges["config"] <= {"errors", "config_rules", "config_cross", "config_errors", "config_overrides",
+                               "strict_yaml", "limits"}
     assert not edges["acceptance"] & {"simulator", "sweeps", "reports", "cli"}
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from specplan.acceptance.drafters import DrafterSettings, build_drafter
 from specplan.acceptance.drafters.base import lcp
-from specplan.acceptance.drafters.suffix_tree import SuffixTrie
+from specplan.acceptance.drafters.suffix_trie import SuffixTrie
 from specplan.workloads.bundled import get_bundled
 from specplan.workloads.request import Request
 from specplan.workloads.tokentrace import read_token_trace

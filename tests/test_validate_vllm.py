@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -94,10 +95,14 @@ def test_bad_speculative_config_is_one_line(tmp_path, spec, message):
     assert isinstance(res.exception, SpecplanError) and message in str(res.exception)
 
 
-def test_engine_and_profile_options_exclude_each_other(tmp_path):
-    for args in (["--engine", "trtllm"], ["--engine", "vllm", "--profile", "h200/llama-3.1-8b"], []):
+def test_engine_and_profile_options_are_checked_before_any_run(tmp_path):
+    # --engine vllm takes --profile (it prices the simulation); a profile that does not load is refused
+    # in one line naming it, before the engine starts.
+    cases = [(["--engine", "trtllm"], "--engine"), (["--engine", "vllm", "--profile", "no/such-profile"],
+                                                    "no/such-profile"), ([], "--profile")]
+    for args, named in cases:
         res = CliRunner().invoke(app, ["validate", *args, "--out", str(tmp_path)])
-        assert isinstance(res.exception, SpecplanError)
+        assert isinstance(res.exception, SpecplanError) and named in str(res.exception)
 
 
 # ----------------------------------------------------------------------------- the CPU tier
@@ -114,14 +119,9 @@ TIER = {
 
 @pytest.mark.vllm
 @pytest.mark.parametrize("name", list(TIER))
-def test_vllm_cpu_matches_the_simulator(tmp_path, name):
+def test_vllm_cpu_matches_the_simulator(tmp_path, name, vllm_check):
     pytest.importorskip("vllm")
-    out = tmp_path / name
-    cmd = [sys.executable, "-m", "specplan", "validate", "--engine", "vllm", "--num-prompts", "24",
-           "--max-tokens", "96", "--out", str(out), *TIER[name]]
-    proc = subprocess.run(cmd, cwd=Path(__file__).parents[1], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = vllm_check(name, *TIER[name])  # shared: tests/test_validate_vllm_timing.py fits to k5-batched's steps
     summary = json.loads((out / "summary.json").read_text())
     table = pd.read_csv(out / "iterations.csv")
     assert len(table) == max(summary["engine_iterations"], summary["sim_iterations"])
@@ -143,6 +143,39 @@ def test_vllm_cpu_matches_the_simulator(tmp_path, name):
     got = json.loads((tmp_path / "cal" / "acceptance.json").read_text())
     assert got["num_drafts"] == n[0]
     assert got["per_position"] == pytest.approx([n[p + 1] / n[p] if n[p] else 0.0 for p in range(k)], abs=1e-12)
+
+
+def _shared_prefix_trace(path: Path) -> Path:
+    """24 prompts sharing a 496-token system prefix, each with its own 40-token tail: token ids in
+    SmolLM2's vocabulary (49,152), drawn once from a seeded generator."""
+    rng = np.random.default_rng(7)
+    prefix = rng.integers(100, 49000, 496).tolist()
+    reqs = [Request(id=f"p{i}", prompt_ids=prefix + rng.integers(100, 49000, 40).tolist(), output_ids=[0])
+            for i in range(24)]
+    return write_token_trace(reqs, path)
+
+
+@pytest.mark.vllm
+def test_vllm_cpu_prefix_caching_matches_the_simulator(tmp_path):
+    # Prefix caching on in both runs: vLLM looks the cache up as each waiting request is first
+    # scheduled and caches the blocks it allocates in the same schedule() call, so requests scheduled
+    # in the first step beside the one that computes the shared blocks already hit them.
+    pytest.importorskip("vllm")
+    out = tmp_path / "prefix"
+    cmd = [sys.executable, "-m", "specplan", "validate", "--engine", "vllm", "--num-prompts", "24",
+           "--max-tokens", "32", "--enable-prefix-caching", "--trace", str(_shared_prefix_trace(tmp_path / "t.jsonl")),
+           "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=Path(__file__).parents[1], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 24
+    assert summary["iterations_differing"] == 0, summary["first_difference"]
+    assert summary["engine_iterations"] == summary["sim_iterations"]
+    assert summary["requests_steps_equal"] == summary["requests"]
+    steps = pd.read_csv(out / "engine_steps.csv")
+    first = steps.groupby("request").head(1)
+    assert (first["scheduled"] < 536).sum() >= 20  # the engine did serve prefixes from its cache
 
 
 def test_step_timing_against_the_engine_hand_worked():

@@ -72,6 +72,9 @@ def test_azure_trace_arrivals(tmp_path):
     # 46.68059 -> 50.995169 -> 61.0 seconds past 18:15
     assert [r.arrival_s for r in reqs] == pytest.approx([0.0, 4.314579, 14.31941])
     assert [(r.prompt_len, r.output_len) for r in reqs] == [(374, 44), (396, 109), (879, 20)]
+    # The trace has no content: no two requests' placeholder prompts share a first KV block (a prompt of
+    # zeros each would make every request a prefix-cache hit on every other).
+    assert len({tuple(r.prompt_ids[:16]) for r in reqs}) == len(reqs)
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16,3,4\n")
     with pytest.raises(TraceError, match=r"bad\.csv:2: TIMESTAMP"):

@@ -33,7 +33,7 @@ Outputs in ``--out``: ``acceptance.json``, ``cost.json`` (when fitted) and ``sce
 from __future__ import annotations
 
 import json
-import re
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -44,32 +44,36 @@ from specplan.atomic import atomic_write_text
 from specplan.cost_models.linear import fit_linear
 from specplan.errors import TraceError
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _SPEC = "vllm:spec_decode_num_"
 
 
 # ----------------------------------------------------------------------------- vLLM metrics
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
-    """Samples of a Prometheus text exposition: ``name -> [(labels, value), ...]`` (comments skipped)."""
+def parse_prometheus(text: str, source: str = "metrics") -> dict[str, list[tuple[dict, float]]]:
+    """Samples of a Prometheus text exposition: ``name -> [(labels, value), ...]``, read by
+    ``prometheus_client``'s own parser (label values with ``}``, escaped quotes and newlines are
+    read as the format defines them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, list[tuple[dict, float]]] = {}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or line.startswith("#"):
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        out.setdefault(m.group(1), []).append((dict(_LABEL.findall(m.group(2) or "")), value))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    except ValueError as exc:
+        raise TraceError(f"{source}: not Prometheus text exposition ({exc})") from None
     return out
 
 
-def _counter(samples: dict, name: str) -> float | None:
-    """A counter summed over its label sets (engines, models), under either exported name."""
+def _counter(samples: dict, name: str, source: str = "metrics") -> float | None:
+    """A counter summed over its label sets (engines, models), under either exported name; a value
+    that is NaN, infinite or negative is refused naming the counter."""
     for key in (f"{name}_total", name):
         if key in samples:
-            return sum(v for _, v in samples[key])
+            values = [v for _, v in samples[key]]
+            bad = [v for v in values if not math.isfinite(v) or v < 0]
+            if bad:
+                raise TraceError(f"{source}: {key}: counter value {bad[0]} is not a finite number >= 0")
+            return sum(values)
     return None
 
 
@@ -83,16 +87,22 @@ def _histogram_mean(samples: dict, *names: str) -> float | None:
 
 def vllm_acceptance(texts: Sequence[tuple[str, str]]) -> dict:
     """Acceptance from vLLM metrics texts ``[(source, text)]``, counters summed over the files."""
-    drafts = accepted = 0.0
+    drafts = accepted = draft_tokens = 0.0
     per_pos: dict[int, float] = {}
     tokens, itl = [], []
     for source, text in texts:
-        samples = parse_prometheus(text)
-        d = _counter(samples, f"{_SPEC}drafts")
-        a = _counter(samples, f"{_SPEC}accepted_tokens")
+        samples = parse_prometheus(text, source)
+        d = _counter(samples, f"{_SPEC}drafts", source)
+        a = _counter(samples, f"{_SPEC}accepted_tokens", source)
         if d is None or a is None:
             raise TraceError(f"{source}: no {_SPEC}drafts / {_SPEC}accepted_tokens counters (was speculation on?)")
-        drafts, accepted = drafts + d, accepted + a
+        t = _counter(samples, f"{_SPEC}draft_tokens", source)
+        if t is None:
+            raise TraceError(f"{source}: {_SPEC}draft_tokens: missing (SpecDecodingProm exports it with the drafts)")
+        if a > t:
+            raise TraceError(f"{source}: {_SPEC}accepted_tokens {a:g} exceeds {_SPEC}draft_tokens {t:g}; "
+                             "the counters are from different runs or engines")
+        drafts, accepted, draft_tokens = drafts + d, accepted + a, draft_tokens + t
         for key in (f"{_SPEC}accepted_tokens_per_pos_total", f"{_SPEC}accepted_tokens_per_pos"):
             for labels, v in samples.get(key, []):
                 if "position" not in labels or not labels["position"].isdigit():
@@ -113,7 +123,8 @@ def vllm_acceptance(texts: Sequence[tuple[str, str]]) -> dict:
     rates = [float(counts[p + 1] / counts[p]) if counts[p] > 0 else 0.0 for p in range(k)]
     dist = (-np.diff(np.append(counts, 0.0))) / drafts
     out = {"engine": "vllm", "max_draft_len": k, "num_drafts": int(drafts), "per_position": rates,
-           "length_dist": [float(x) for x in dist], "mean_acceptance_length": 1.0 + accepted / drafts}
+           "length_dist": [float(x) for x in dist], "mean_acceptance_length": 1.0 + accepted / drafts,
+           "mean_draft_length": draft_tokens / drafts}
     observed = {"mean_tokens_per_step": _mean(tokens), "mean_inter_token_latency_s": _mean(itl)}
     out["observed"] = {k_: v for k_, v in observed.items() if v is not None}
     return out
@@ -133,18 +144,31 @@ def _iteration_records(source: str, text: str) -> list[dict]:
         raise TraceError(f"{source}:{exc.lineno}: invalid JSON ({exc.msg})") from None
     out = []
     for i, item in enumerate(items):
-        rec = json.loads(item) if isinstance(item, str) else item  # get_stats() may hand out JSON strings
+        try:
+            rec = json.loads(item) if isinstance(item, str) else item  # get_stats() may hand out JSON strings
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{source}: record {i}: a string that is not IterationStats JSON ({exc.msg})") from None
         if not isinstance(rec, dict) or "iterLatencyMS" not in rec:
             raise TraceError(f"{source}: record {i}: not a TensorRT-LLM IterationStats object (no iterLatencyMS)")
         out.append(rec)
     return out
 
 
-def _field(rec: dict, section: str, name: str, source: str, i: int) -> float:
-    value = (rec.get(section) or {}).get(name, 0)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise TraceError(f"{source}: record {i}: {section}.{name} must be a number >= 0, got {value!r}")
+def _number(value, where: str) -> float:
+    """A finite number >= 0, else one line naming the field."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise TraceError(f"{where} must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def _field(rec: dict, section: str, name: str, source: str, i: int) -> float:
+    """``rec[section][name]``; a missing section or field is named, never read as 0."""
+    part = rec.get(section)
+    if not isinstance(part, dict):
+        raise TraceError(f"{source}: record {i}: {section}: missing or not an object (IterationStats carries it)")
+    if name not in part:
+        raise TraceError(f"{source}: record {i}: {section}.{name}: missing; the stats cannot be read without it")
+    return _number(part[name], f"{source}: record {i}: {section}.{name}")
 
 
 def _iid_alpha(mean_accepted: float, k: int) -> float:
@@ -159,21 +183,29 @@ def _iid_alpha(mean_accepted: float, k: int) -> float:
 def trtllm_calibration(texts: Sequence[tuple[str, str]]) -> tuple[dict | None, dict | None]:
     """Acceptance (or None without speculative iterations) and the linear cost fit (or None with
     fewer than four timed iterations) from TensorRT-LLM iteration-stats files."""
-    n_tok, n_seq, secs = [], [], []
+    n_tok, n_seq, secs, draft_ms = [], [], [], []
     drafted = accepted = with_draft = 0.0
     for source, text in texts:
         for i, rec in enumerate(_iteration_records(source, text)):
+            latency = _number(rec["iterLatencyMS"], f"{source}: record {i}: iterLatencyMS")
             ctx_req = _field(rec, "inflightBatchingStats", "numContextRequests", source, i)
             gen_req = _field(rec, "inflightBatchingStats", "numGenRequests", source, i)
             ctx_tok = _field(rec, "inflightBatchingStats", "numCtxTokens", source, i)
-            draft = _field(rec, "specDecodingStats", "numDraftTokens", source, i)
-            drafted += draft
-            accepted += _field(rec, "specDecodingStats", "numAcceptedTokens", source, i)
-            with_draft += _field(rec, "specDecodingStats", "numRequestsWithDraftTokens", source, i)
-            if ctx_req + gen_req > 0 and rec["iterLatencyMS"] > 0:
+            draft = 0.0
+            if rec.get("specDecodingStats") is not None:  # absent: an iteration without speculation
+                draft = _field(rec, "specDecodingStats", "numDraftTokens", source, i)
+                acc = _field(rec, "specDecodingStats", "numAcceptedTokens", source, i)
+                if acc > draft:
+                    raise TraceError(f"{source}: record {i}: specDecodingStats.numAcceptedTokens {acc:g} exceeds "
+                                     f"numDraftTokens {draft:g}")
+                drafted, accepted = drafted + draft, accepted + acc
+                with_draft += _field(rec, "specDecodingStats", "numRequestsWithDraftTokens", source, i)
+                if "iterLatencyMS" in rec["specDecodingStats"]:  # the drafter's own time this iteration
+                    draft_ms.append(_field(rec, "specDecodingStats", "iterLatencyMS", source, i))
+            if ctx_req + gen_req > 0 and latency > 0:
                 n_tok.append(ctx_tok + gen_req + draft)
                 n_seq.append(ctx_req + gen_req)
-                secs.append(rec["iterLatencyMS"] / 1e3)
+                secs.append(latency / 1e3)
     acceptance = None
     if with_draft > 0:
         k = int(round(drafted / with_draft))
@@ -181,6 +213,8 @@ def trtllm_calibration(texts: Sequence[tuple[str, str]]) -> tuple[dict | None, d
         alpha = _iid_alpha(min(mean_acc, k - 1e-9), k) if k >= 1 else 0.0
         acceptance = {"engine": "trtllm", "max_draft_len": k, "num_drafts": int(with_draft),
                       "per_position": [alpha] * k, "mean_acceptance_length": 1.0 + mean_acc,
+                      "mean_draft_length": drafted / with_draft,
+                      **({"mean_draft_latency_ms": float(np.mean(draft_ms))} if draft_ms else {}),
                       "assumption": "i.i.d. per position: TensorRT-LLM's iteration stats carry drafted and "
                                     "accepted totals only; alpha matches the mean accepted per draft at this K"}
     cost = None
@@ -203,12 +237,18 @@ def _kind(source: str, text: str) -> str:
     raise TraceError(f"{source}: neither vLLM Prometheus metrics text nor TensorRT-LLM iteration-stats JSON")
 
 
-def calibrate_from_logs(paths: Sequence[str | Path], out: str | Path) -> dict:
+def calibrate_from_logs(paths: Sequence[str | Path], out: str | Path, holdout: str | None = None) -> dict:
     """Fit acceptance (and a linear cost where the logs allow) from engine logs; write ``out``.
 
     All files must come from one engine. Returns the printed summary: ``acceptance`` (with
     ``per_position`` and ``mean_acceptance_length``), ``cost`` (or None) and the files written.
+    A step log (``engine_steps.csv``), or any log with ``holdout`` given, gets the step-time fit of
+    ``step_fit`` instead (a profile, checked on held-out steps).
     """
+    if holdout is not None or any(Path(p).suffix == ".csv" for p in paths):
+        from specplan.calibration.step_fit import calibrate_steps
+
+        return calibrate_steps(paths, out, holdout or "alternate")
     texts = []
     for p in paths:
         path = Path(p)

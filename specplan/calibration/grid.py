@@ -14,11 +14,18 @@ token over ctx0):
 - ``chunk``: one prefill chunk of each size at context 0; ``chunk_context``: one chunk of
   ``chunk_sizes[1]`` tokens over each context;
 - ``lm_head``: the LM head alone at each logit count (``kind="lm_head"``).
+
+``cover`` extends a grid to the prefill sizes and contexts a scenario will use (``calibrate --max-tokens
+--max-context``); ``require_coverage`` refuses a profile measured too far short of a run's steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from specplan.cost_models.profile import MeasuredRange
 
 
 @dataclass(frozen=True)
@@ -128,3 +135,38 @@ def build_points(spec: GridSpec) -> list[Point]:
             seen.add(p.key)
             unique.append(p)
     return unique
+
+
+# A profile prices steps up to this factor past what its grid measured; further is refused in one line.
+EXTRAPOLATION_LIMIT = 4.0
+
+
+def cover(spec: GridSpec, max_tokens: Optional[int] = None, max_context: Optional[int] = None) -> GridSpec:
+    """``spec`` extended to the steps a scenario will run: token counts (as prefill chunks) and chunk sizes
+    doubling up to ``max_tokens``, contexts doubling up to ``max_context`` (each ending at the value)."""
+    def doubling(values: tuple[int, ...], top: Optional[int]) -> tuple[int, ...]:
+        if top is None or top <= max(values):
+            return values
+        extra, v = [], max(values) * 2
+        while v < top:
+            extra.append(v)
+            v *= 2
+        return values + tuple(extra) + (top,)
+
+    return replace(spec, token_counts=doubling(spec.token_counts, max_tokens),
+                   chunk_sizes=doubling(spec.chunk_sizes, max_tokens),
+                   contexts=doubling(spec.contexts, max_context),
+                   chunk_contexts=doubling(spec.chunk_contexts, max_context))
+
+
+def require_coverage(measured: "MeasuredRange", tokens: int, context: int, source: str) -> None:
+    """Refuse, in one line, a profile whose grid stops more than ``EXTRAPOLATION_LIMIT`` times short of the
+    largest step (``tokens``) or context a run will reach; within it, the profile extrapolates."""
+    from specplan.errors import ConfigError
+
+    for what, need, top, option in (("tokens a step", tokens, measured.tokens[1], "--max-tokens"),
+                                    ("context", context, measured.max_context, "--max-context")):
+        if need > EXTRAPOLATION_LIMIT * max(top, 1):
+            raise ConfigError(f"{source}: measured up to {top} {what}, the run reaches {need} ({need / max(top, 1):.0f}x; "
+                              f"at most {EXTRAPOLATION_LIMIT:g}x is extrapolated): calibrate with {option} {need}, or "
+                              f"from the engine's own steps (specplan calibrate --from-logs engine_steps.csv)")

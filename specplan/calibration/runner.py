@@ -27,9 +27,11 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from specplan.calibration import draft_bench
-from specplan.calibration.fit import build_profile, eager_overhead, forward_model, heldout_error, lm_head_curve
-from specplan.calibration.grid import CPU_GRID, CUDA_GRID, Point, build_points
+from specplan.calibration import draft_bench, experts
+from specplan.calibration.fit import (
+    build_profile, eager_overhead, forward_model, heldout_error, lm_head_curve, reject_outliers,
+)
+from specplan.calibration.grid import CPU_GRID, CUDA_GRID, Point, build_points, cover
 from specplan.cost_models.capacity import kv_bytes_per_token, weight_bytes
 from specplan.cost_models.gamma import gamma_view, render_table
 from specplan.cost_models.hardware import gpu_key_for_device
@@ -122,13 +124,13 @@ def _pass_order(points: list[Point], rep: int, rng: random.Random) -> list[Point
 
 
 def _measure_points(stack, timer, points: list[Point], repeats: int, block_s: float, deadline: float,
-                    rng: random.Random, progress) -> tuple[list[dict], set[str]]:
-    """Time every point in at least ``repeats`` passes, and in more (up to ``MAX_PASSES``) while the
+                    rng: random.Random, progress, max_passes: int = MAX_PASSES) -> tuple[list[dict], set[str]]:
+    """Time every point in at least ``repeats`` passes, and in more (up to ``max_passes``) while the
     budget lasts; stops at ``deadline``. Returns the rows and the keys measured at least once."""
     rows: list[dict] = []
     spent: dict[str, float] = {}
     task = progress.add_task("measuring", total=repeats * len(points))
-    for rep in range(max(repeats, MAX_PASSES)):
+    for rep in range(max(repeats, max_passes)):
         if rep == repeats:
             progress.update(task, description="extra passes")
         for point in _pass_order(points, rep, rng):
@@ -147,16 +149,22 @@ def _measure_points(stack, timer, points: list[Point], repeats: int, block_s: fl
 def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "cuda", budget_s: float = 480.0,
                     layers: Optional[int] = None, name: Optional[str] = None, seed: int = 0, repeats: int = 3,
                     heldout_fraction: float = 0.25, threads: Optional[int] = None, draft_bench_on: bool = True,
-                    sa_kernel_on: bool = True,
-                    console=None) -> CalibrationResult:
-    """Run the whole calibration (see the module docstring) and return what it wrote."""
+                    sa_kernel_on: bool = True, passes: Optional[int] = None, max_tokens: Optional[int] = None,
+                    max_context: Optional[int] = None, console=None) -> CalibrationResult:
+    """Run the whole calibration (see the module docstring) and return what it wrote.
+
+    ``passes``: measure every point (and every NGram host cell) exactly that many times, with no
+    deadline, so what is measured depends on the count and never on the machine's speed or load
+    (tests and notebooks use it); ``budget_s`` then bounds only the SA kernel bench on CUDA.
+    ``max_tokens`` / ``max_context``: extend the grid to the steps the scenario runs (``grid.cover``).
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     t0 = time.monotonic()
     console = console or Console(stderr=True)
     torch = _import_torch()
-    from specplan.calibration.stack import DecoderStack
+    from specplan.calibration.stack import DecoderStack, with_layers
     from specplan.calibration.timing import time_cpu, time_cuda
 
     if device not in ("cuda", "cpu"):
@@ -165,11 +173,16 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
         raise SpecplanError("--device cuda: no CUDA device here; use --device cpu (with --model tiny)")
     spec = get_model(model)
     if layers is not None:
-        spec = dataclasses.replace(spec, num_layers=layers)
+        spec = with_layers(spec, layers)  # MoE and windowed layers in the model's proportion
     if device == "cpu":
         torch.set_num_threads(threads or 1)
     torch_dtype, dtype_name, dtype_bytes = (torch.bfloat16, "bf16", 2) if device == "cuda" else (torch.float32, "fp32", 4)
-    grid = CUDA_GRID if device == "cuda" else CPU_GRID
+    grid = cover(CUDA_GRID if device == "cuda" else CPU_GRID, max_tokens, max_context)
+    if passes is not None:
+        repeats = passes
+
+    def deadline_for(share: float) -> float:
+        return float("inf") if passes is not None else t0 + share * budget_s
     points = build_points(grid)
     capacity = _kv_capacity(torch, points, spec, tp, device, dtype_bytes)
     kept = [p for p in points if p.kv_tokens <= capacity]
@@ -178,12 +191,14 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
            "device_name": device_name, "gpu_state_before": gpu_state() if device == "cuda" else None}
 
     console.print(f"[bold]calibrate[/] {spec.name} TP{tp} ({spec.num_layers} layers) on {device_name}, "
-                  f"budget {budget_s:g} s, {len(kept)} points x {repeats} passes")
+                  + (f"{len(kept)} points x {passes} passes (fixed)" if passes is not None
+                     else f"budget {budget_s:g} s, {len(kept)} points x {repeats} passes"))
     draft_rows, draft_what = [], None
     if draft_bench_on:
-        pools = draft_bench.POOL_ENTRIES if budget_s >= SMALL_BUDGET_S else draft_bench.POOL_ENTRIES[:3]
+        small = budget_s < SMALL_BUDGET_S if passes is None else device == "cpu"
+        pools = draft_bench.POOL_ENTRIES[:3] if small else draft_bench.POOL_ENTRIES
         draft_rows, draft_what = draft_bench.measure(pools, draft_bench.DRAFT_LENS, passes=repeats, calls=200,
-                                                     seed=seed, deadline=time.monotonic() + DRAFT_SHARE * budget_s)
+                                                     seed=seed, deadline=deadline_for(DRAFT_SHARE))
 
     forward_share = MEASURE_SHARE - (SA_SHARE if device == "cuda" and sa_kernel_on else 0.0)
     stack = DecoderStack(spec, tp, device, torch_dtype, max(p.kv_tokens for p in kept), seed)
@@ -191,8 +206,10 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                         console=console, transient=False)
     with progress, torch.inference_mode():
         fwd_rows, measured = _measure_points(stack, time_cuda if device == "cuda" else time_cpu, kept, repeats,
-                                             BLOCK_S[device], t0 + forward_share * budget_s, random.Random(seed),
-                                             progress)
+                                             BLOCK_S[device], deadline_for(forward_share), random.Random(seed),
+                                             progress, MAX_PASSES if passes is None else passes)
+        expert_df = (experts.measure(stack, time_cuda if device == "cuda" else time_cpu, device, grid, BLOCK_S[device],
+                                     repeats, deadline_for(MEASURE_SHARE), random.Random(seed)) if spec.moe else None)
     run.update({"attention_backend": stack.attention_backend(), "gpu_state_after": gpu_state() if device == "cuda" else None,
                 "cuda": torch.version.cuda, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
                 "points": {"total": len(points), "measured": len(measured),
@@ -220,10 +237,12 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     meta = {**run, "command": " ".join(sys.argv), "driver": (run["gpu_state_before"] or {}).get("driver_version"),
             "python": platform.python_version(), "host_cpu": draft_bench.host_description(), "dtype": dtype_name,
             "cuda_graphs": device == "cuda", "model": dataclasses.asdict(spec), "tp": tp, "seed": seed,
-            "budget_s": budget_s, "elapsed_s": round(time.monotonic() - t0, 1), "repeats": repeats,
+            "budget_s": budget_s if passes is None else None, "passes": passes, "elapsed_s": round(time.monotonic() - t0, 1), "repeats": repeats,
             "grid": grid.as_dict(), "ngram_host": draft_what,
             "heldout": {"fraction": heldout_fraction, "median_abs_error": err, "points": n_test},
             "fitted_mode": mode, "spread": _spread(df, mode)}
+    if expert_df is not None:  # MoE: step time against distinct experts touched (experts.csv)
+        meta["experts"] = experts.write(expert_df, out, mode, spec, gpu_key, tp)
     atomic_write_text(out / "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
 
     in_range = [b for b in GAMMA_BATCHES if b * (1 + max(GAMMA_KS)) <= profile.measured_range.tokens[1]]
@@ -238,7 +257,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
 def _fit(df: pd.DataFrame, mode: str, spec, name: str, gpu_key: Optional[str], tp: int, dtype: str,
          heldout_fraction: float, seed: int, draft_rows: list[dict], draft_what: Optional[str],
          run: dict, sa_fit: Optional[dict] = None) -> tuple[ProfileFile, float, int]:
-    """Held-out check, then the profile fitted on every point, with its provenance."""
+    """Held-out check, then the profile fitted on every point (outlying repeats rejected), with its provenance."""
+    df = reject_outliers(df)
     pts = forward_points(df, mode)
     lm = lm_head_curve(df, mode)
     kwargs = dict(name=name, gpu=gpu_key, tp=tp, dtype=dtype,
@@ -254,7 +274,8 @@ def _fit(df: pd.DataFrame, mode: str, spec, name: str, gpu_key: Optional[str], t
     )
     draft = (draft_bench.draft_section(draft_rows, draft_what, draft_bench.host_description(), run["date"][:10],
                                        sa_fit, run["device_name"]) if draft_rows else None)
-    profile = build_profile(pts, lm, provenance=provenance, draft=draft, eager_overhead_s=eager_overhead(df), **kwargs)
+    profile = build_profile(pts, lm, provenance=provenance, draft=draft, eager_overhead_s=eager_overhead(df),
+                            cuda_graph_padding=False if run["device"] == "cpu" else None, **kwargs)
     return profile, err, n_test
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
+import warnings
+from pathlib import Path
 
 import typer
 
@@ -17,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: option names whole and text wrapped at any width
 )
 
 # One module per command group; each defines register(app).
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     from specplan.config import format_validation_error
 
     usage_errors = _usage_error_types()
+    warnings.showwarning = _show_warning
     try:
         code = app(args=argv, prog_name="specplan", standalone_mode=False)
     except SpecplanError as exc:
@@ -90,6 +94,19 @@ def _exit_types() -> tuple[type, ...]:
     """click's own Exit classes (``ctx.exit``), next to typer's."""
     names = ("typer._click.exceptions", "click.exceptions")
     return tuple(getattr(mod, "Exit") for mod in map(sys.modules.get, names) if mod is not None and hasattr(mod, "Exit"))
+
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning raised in specplan as one line, ``warning: ...``, without its category and source
+    line; other packages' warnings as Python prints them."""
+    if not Path(filename).resolve().is_relative_to(_PACKAGE_DIR):
+        _python_showwarning(message, category, filename, lineno, file, line)
+        return
+    print(f"warning: {one_line(message)}", file=sys.stderr if file is None else file)
 
 
 def _fail(message: str, code: int = 2) -> None:

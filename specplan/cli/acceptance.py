@@ -50,30 +50,30 @@ def _tables(summary, k: int) -> list[Table]:
 
 
 def acceptance(
-    trace: str = typer.Argument(..., help="A bundled trace name (see `specplan workloads list`) or a trace file."),
-    drafter: str = typer.Option(..., "--drafter", help="NGram | SA | vllm_ngram | suffix | pld (any case; "
+    trace: str = typer.Argument(..., metavar="TRACE", help="A bundled trace name (see `specplan workloads list`) or a trace file."),
+    drafter: str = typer.Option(..., "--drafter", metavar="DRAFTER", help="NGram | SA | vllm_ngram | suffix | pld (any case; "
                                 "'-' for '_'): speculation.decoding_type."),
-    max_draft_len: Optional[int] = typer.Option(None, "--max-draft-len", help="K (default: the drafter's)."),
+    max_draft_len: Optional[int] = typer.Option(None, "--max-draft-len", metavar="K", help="K (default: the drafter's)."),
     max_matching_ngram_size: Optional[int] = typer.Option(
-        None, "--max-matching-ngram-size", help="NGram 2, SA -1 (longest), PLD 3 (reference) / 2 (hf) by default."),
+        None, "--max-matching-ngram-size", metavar="N", help="NGram 2, SA -1 (longest), PLD 3 (reference) / 2 (hf) by default."),
     is_keep_all: bool = typer.Option(True, "--is-keep-all/--no-is-keep-all", help="NGram pool."),
     is_use_oldest: bool = typer.Option(True, "--is-use-oldest/--no-is-use-oldest", help="NGram pool."),
     is_public_pool: bool = typer.Option(True, "--is-public-pool/--no-is-public-pool", help="NGram pool."),
     enable_global_pool: bool = typer.Option(False, "--enable-global-pool/--no-enable-global-pool", help="SA."),
-    global_pool_size: Optional[int] = typer.Option(None, "--global-pool-size", help="SA global pool slots."),
-    max_batch_size: int = typer.Option(64, "--max-batch-size", help="Sets SA's default global_pool_size."),
-    prompt_lookup_min: Optional[int] = typer.Option(None, "--prompt-lookup-min", help="vLLM n-gram."),
-    prompt_lookup_max: Optional[int] = typer.Option(None, "--prompt-lookup-max", help="vLLM n-gram."),
-    suffix_max_tree_depth: int = typer.Option(24, "--suffix-max-tree-depth"),
-    suffix_max_cached_requests: int = typer.Option(10000, "--suffix-max-cached-requests", help="0: no global tree."),
-    suffix_max_spec_factor: float = typer.Option(1.0, "--suffix-max-spec-factor"),
-    suffix_max_spec_offset: float = typer.Option(0.0, "--suffix-max-spec-offset"),
-    suffix_min_token_prob: float = typer.Option(0.1, "--suffix-min-token-prob"),
-    pld_variant: str = typer.Option("reference", "--pld-variant", help="reference or hf (validated as speculation.pld_variant)."),
-    eos_token_id: list[int] = typer.Option([], "--eos-token-id", help="HF PLD cuts drafts before these; an output ending in one is not at its generation limit (repeatable)."),
+    global_pool_size: Optional[int] = typer.Option(None, "--global-pool-size", metavar="SLOTS", help="SA global pool slots."),
+    max_batch_size: int = typer.Option(64, "--max-batch-size", metavar="N", help="Sets SA's default global_pool_size."),
+    prompt_lookup_min: Optional[int] = typer.Option(None, "--prompt-lookup-min", metavar="N", help="vLLM n-gram."),
+    prompt_lookup_max: Optional[int] = typer.Option(None, "--prompt-lookup-max", metavar="N", help="vLLM n-gram."),
+    suffix_max_tree_depth: int = typer.Option(24, "--suffix-max-tree-depth", metavar="N"),
+    suffix_max_cached_requests: int = typer.Option(10000, "--suffix-max-cached-requests", metavar="N", help="0: no global tree."),
+    suffix_max_spec_factor: float = typer.Option(1.0, "--suffix-max-spec-factor", metavar="X"),
+    suffix_max_spec_offset: float = typer.Option(0.0, "--suffix-max-spec-offset", metavar="X"),
+    suffix_min_token_prob: float = typer.Option(0.1, "--suffix-min-token-prob", metavar="P"),
+    pld_variant: str = typer.Option("reference", "--pld-variant", metavar="VARIANT", help="reference or hf (validated as speculation.pld_variant)."),
+    eos_token_id: list[int] = typer.Option([], "--eos-token-id", metavar="ID", help="HF PLD cuts drafts before these; an output ending in one is not at its generation limit (repeatable)."),
     fmt: TableFormat = typer.Option(TableFormat.table, "--format", case_sensitive=False),
-    dump_steps: Optional[Path] = typer.Option(None, "--dump-steps", help="Write every step as JSON lines here."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep precomputed tables here (.npz)."),
+    dump_steps: Optional[Path] = typer.Option(None, "--dump-steps", metavar="FILE", help="Write every step as JSON lines here."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Keep precomputed tables here (.npz)."),
 ) -> None:
     """Replay a token trace through one model-free drafter at a fixed K, one request at a time."""
     from specplan.acceptance.drafters import (

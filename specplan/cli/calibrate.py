@@ -14,23 +14,33 @@ from specplan.cli.choices import Device
 
 
 def calibrate(
-    model: Optional[str] = typer.Option(None, "--model", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
-    out: Path = typer.Option(..., "--out", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism: measure one GPU's shard."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="MODEL", help="Catalogue model (llama-3.1-8b, tiny, ...) or a config.json."),
+    out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory for measurements.csv, meta.yaml and profile.yaml."),
+    tp: int = typer.Option(1, "--tp", metavar="N", min=1, help="Tensor parallelism: measure one GPU's shard."),
     device: Device = typer.Option(Device.cuda, "--device", case_sensitive=False, help="cpu: use --model tiny."),
-    budget_s: float = typer.Option(480.0, "--budget-s", min=1.0, help="Wall-clock budget of the whole command."),
-    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Override the model's layer count."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default GPU/MODEL, or GPU/MODEL/tpN under TP)."),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="Interleaved passes over the grid."),
-    heldout: float = typer.Option(0.25, "--heldout", min=0.05, max=0.5, help="Fraction of points held out."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads (cpu device; default 1)."),
-    seed: int = typer.Option(0, "--seed", help="Grid order, weights, held-out split."),
+    budget_s: float = typer.Option(480.0, "--budget-s", metavar="SECONDS", min=1.0, help="Wall-clock budget of the whole command."),
+    layers: Optional[int] = typer.Option(None, "--layers", metavar="N", min=1, help="Override the model's layer count."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="Profile name (default GPU/MODEL, or GPU/MODEL/tpN under TP)."),
+    repeats: int = typer.Option(3, "--repeats", metavar="N", min=1, help="Interleaved passes over the grid."),
+    passes: Optional[int] = typer.Option(None, "--passes", metavar="N", min=1,
+                                         help="Measure every point exactly N times, with no time budget."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", metavar="N", min=1, help="Extend the grid to prefill chunks "
+                                             "of this many tokens (the largest step the scenario runs)."),
+    max_context: Optional[int] = typer.Option(None, "--max-context", metavar="TOKENS", min=1,
+                                              help="Extend the grid to this context (the longest sequence the scenario runs)."),
+    heldout: float = typer.Option(0.25, "--heldout", metavar="FRACTION", min=0.05, max=0.5, help="Fraction of points held out."),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N", min=1, help="CPU threads (cpu device; default 1)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Grid order, weights, held-out split."),
     draft_bench: bool = typer.Option(True, "--draft-bench/--no-draft-bench",
                                      help="Also time the NGram host pool on this CPU."),
     sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
                                    help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
-    from_logs: list[Path] = typer.Option([], "--from-logs", help="Instead of measuring: fit acceptance (and a linear "
-                                         "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable)."),
+    from_logs: list[Path] = typer.Option([], "--from-logs", metavar="FILE", help="Instead of measuring: fit acceptance (and a linear "
+                                         "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable); "
+                                         "from a step log (validate --engine vllm's engine_steps.csv): a step-time profile."),
+    holdout: Optional[str] = typer.Option(None, "--holdout", metavar="SPLIT", help="Step-time fit: the steps checked, not fitted: "
+                                          "alternate (every other step; the default for a step log) or first-half "
+                                          "(fit the first half); on TensorRT-LLM iteration stats, asks for the step-time fit."),
 ) -> None:
     """Measure step times over 1-D sweeps (tokens, batch, K, context, chunk), fit a profile, print gamma(B);
     or, with --from-logs, fit acceptance and step cost from an engine's own logs."""
@@ -39,7 +49,7 @@ def calibrate(
 
         from specplan.calibration.from_logs import calibrate_from_logs
 
-        print(json.dumps(calibrate_from_logs(from_logs, out), indent=2))
+        print(json.dumps(calibrate_from_logs(from_logs, out, holdout), indent=2))
         return
     if model is None:
         from specplan.errors import ConfigError
@@ -50,7 +60,8 @@ def calibrate(
 
     check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
     run_calibration(model, out, tp=tp, device=str(device), budget_s=budget_s, layers=layers, name=name, seed=seed,
-                    repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel)
+                    repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel,
+                    passes=passes, max_tokens=max_tokens, max_context=max_context)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,8 @@ config_app = typer.Typer(help="Engine configs: read a TensorRT-LLM / vLLM config
 @config_app.command("import")
 def import_(
     file: Path = typer.Argument(..., help="TensorRT-LLM options YAML, vLLM --speculative-config JSON, or a "
-                                          "file holding a 'vllm serve ...' / 'trtllm-serve ...' command line."),
+                                          "file holding a 'vllm serve ...' / 'trtllm-serve ...' command line as pasted (environment "
+                                          "prefixes, mpirun/srun/trtllm-llmapi-launch wrappers, python -m)."),
     fmt: ConfigFormat = typer.Option(ConfigFormat.yaml, "--format", case_sensitive=False,
                                  help="yaml: sections on stdout, report on stderr; json: all."),
 ) -> None:
@@ -34,6 +35,8 @@ def import_(
         err.print(f"  mapped  {src} -> {target} = {value!r}", markup=False, highlight=False)
     for src, why in result.ignored:
         err.print(f"  ignored {src}: {why}", markup=False, highlight=False)
+    for section, why in result.kept:
+        err.print(f"  kept    {section}: {why}", markup=False, highlight=False)
     print(yaml.safe_dump(result.sections, sort_keys=False), end="")
 
 

@@ -20,12 +20,13 @@ from specplan.cli.choices import TableFormat
 from specplan.cli.output import console as make_console
 from specplan.cost_models.gamma import gamma_view, plot_view, render_table
 from specplan.cost_models.hardware import GPUS
-from specplan.cost_models.models import MODELS
+from specplan.cost_models.models import catalogue_names
 from specplan.cost_models.registry import (
     bundled_profile_names,
     cost_model_from_profile,
     load_profile,
 )
+from specplan.errors import ConfigError
 from specplan.outputs import check_output_file
 
 profile_app = typer.Typer(help="Step-time profiles: list them, show and plot gamma(B, K).", no_args_is_help=True)
@@ -44,7 +45,7 @@ def list_profiles() -> None:
         table.add_row(name, profile.provenance.kind, " ".join(profile.provenance.source.split()))
     console = make_console()
     console.print(table)
-    console.print(f"Any other GPU/MODEL or GPU/MODEL/tpN with GPU in {', '.join(GPUS)} and MODEL in {', '.join(MODELS)} "
+    console.print(f"Any other GPU/MODEL or GPU/MODEL/tpN with GPU in {', '.join(GPUS)} and MODEL in {', '.join(catalogue_names())} "
                   "resolves to that pair's analytic roofline.", markup=False)
 
 
@@ -74,6 +75,12 @@ def plot(
     """Draw T(B, 1) and gamma(B, K) against B, one curve per K; a measured profile's curves are dashed
     where they extrapolate past its calibration grid, the batch sizes beyond it shaded."""
     check_output_file(out)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()  # what savefig can write, by extension
+    if out.suffix and out.suffix[1:].lower() not in kinds:
+        raise ConfigError(f"--out {out}: matplotlib writes no {out.suffix!r} images; end the name in "
+                          f"{', '.join('.' + k for k in sorted(kinds))}")
     model = cost_model_from_profile(name)
     measured = load_profile(name)[0].measured_range
     with warnings.catch_warnings():  # the figure marks the extrapolation; no per-dimension warnings

@@ -53,3 +53,25 @@ def progress_bar(description: str, poll: Optional[Callable[[], tuple[int, int]]]
     finally:
         stop.set()
         thread.join()
+
+
+def kernels_cached() -> bool:
+    """Whether numba's on-disk cache holds the kernels every run compiles (the step's pricing and the
+    scheduler) for their current source: numba drops an index whose source stamp changed. A numba
+    whose cache internals differ counts as cached (no notice rather than a wrong one)."""
+    from specplan.simulator.scheduler import schedule_step
+    from specplan.simulator.step import price_step
+
+    try:
+        return all(bool(kernel._cache._cache_file._load_index()) for kernel in (price_step, schedule_step))
+    except AttributeError:
+        return True
+
+
+def compile_notice(enabled: Optional[bool] = None) -> None:
+    """One line on stderr before the first run after an install or a change: numba compiles the
+    kernels then (tens of seconds on a small machine) and caches them for every later run. Shown,
+    like the progress bars, when stderr is a terminal unless ``enabled`` says otherwise."""
+    if (sys.stderr.isatty() if enabled is None else enabled) and not kernels_cached():
+        print("compiling the simulator's kernels (first run only; later runs load them from the cache)",
+              file=sys.stderr)

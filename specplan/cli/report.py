@@ -10,7 +10,7 @@ import typer
 
 def report(
     sweep_dir: Path = typer.Argument(..., help="A folder written by `specplan sweep --out`."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: DIR/report)."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="OUT_DIR", help="Where to write (default: DIR/report)."),
 ) -> None:
     """Plot speedup, throughput against p99 TPOT (Pareto front), acceptance lengths, gamma(B), gate trips."""
     from specplan.reports.summary import write_report

@@ -12,12 +12,17 @@ from rich.table import Table
 from specplan.cli.choices import SimulateFormat
 from specplan.config import SimConfig, load_config
 from specplan.errors import ConfigError
-from specplan.outputs import check_output_dir
 
 SUMMARY_KEYS = (
-    "completed_requests", "output_tokens", "throughput_tok_s", "mean_acceptance_length", "acceptance_rate",
+    "completed_requests", "output_tokens", "throughput_tok_s", "goodput_tok_s", "mean_acceptance_length", "acceptance_rate",
     "iterations", "spec_iterations", "gate_tripped_iteration", "preemptions", "ttft_s", "tpot_s", "itl_s", "e2e_s",
+    "overcharged_tokens", "overcharged_tokens_spec_off", "overcharged_tokens_queued",
 )
+
+
+# What simulate --out writes (run.save's tables and summary; speculative/ and baseline/ with --baseline).
+SIMULATE_OUTPUTS = tuple(f"{name}.{ext}" for name in ("requests", "iterations", "emissions") for ext in ("parquet", "csv")) + (
+    "summary.json", "config.yaml", "timeline.json", "speculative", "baseline")
 
 
 # A fleet's per-replica table: summary key (and percentile) -> column header.
@@ -54,6 +59,17 @@ def describe_scenario(cfg: SimConfig, cost_line: str) -> str:
         f"{', overlap scheduler' if e.overlap_scheduler else ''}.\n"
         f"Speculation: {spec}.\nCost: {cost_line}."
     )
+
+
+def warn_schedule_reading(cfg: SimConfig) -> None:
+    """Warn (one line) when the schedule reads differently in the engine's code and its docs."""
+    import warnings
+
+    from specplan.simulator.k_bands import schedule_reading_warning
+
+    text = schedule_reading_warning(cfg)
+    if text:
+        warnings.warn(text, stacklevel=2)
 
 
 def _fmt(v) -> str:
@@ -118,27 +134,35 @@ def _csv(rows: list[list], baseline: bool) -> str:
 
 def _run_with_progress(cfg: SimConfig, cost, description: str):
     """``simulate`` with a bar of completed requests once it runs longer than a couple of seconds."""
-    from specplan.cli.progress import progress_bar
+    from specplan.cli.progress import compile_notice, progress_bar
     from specplan.simulator.run import simulate as run_sim
 
     seen: list = []
+
+    def started(executor) -> None:
+        compile_notice()  # the workload is read and the oracle built: no input error can follow the notice
+        seen.append(executor)
+
     with progress_bar(description, lambda: (seen[0].done, seen[0].n) if seen else (0, cfg.workload.num_requests)):
-        return run_sim(cfg, cost, observe=seen.append)
+        return run_sim(cfg, cost, observe=started)
 
 
 def simulate(
-    config: Optional[Path] = typer.Argument(None, help="Scenario YAML; the bundled default when omitted."),
-    set_: list[str] = typer.Option([], "--set", help="Override a field: section.key=value (repeatable)."),
-    engine_config: Optional[Path] = typer.Option(None, "--engine-config", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
+    config: Optional[Path] = typer.Argument(None, metavar="CONFIG.yaml", help="Scenario YAML; the bundled default when omitted."),
+    set_: list[str] = typer.Option([], "--set", metavar="SECTION.KEY=VALUE", help="Override a field: section.key=value (repeatable)."),
+    engine_config: Optional[Path] = typer.Option(None, "--engine-config", metavar="FILE", help="A TensorRT-LLM options YAML, vLLM speculative-config JSON or serve command line applied over the scenario (see specplan config import)."),
     baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
     fmt: SimulateFormat = typer.Option(SimulateFormat.table, "--format", case_sensitive=False,
                                        help="Latencies in ms in table and csv; a fleet's replicas in table and json."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write tables (Parquet, CSV) and summary here."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Write tables (Parquet, CSV) and summary here."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Clear --out first if it holds another run."),
     timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
                                   "events; open in Perfetto)."),
 ) -> None:
     """Simulate one engine replica serving a workload, with speculative decoding as configured."""
-    from specplan.cli.output import console as make_console
+    from specplan.cli.output import claim_output_dir, console as make_console
+    from specplan.simulator.k_bands import describe_bands, format_shares
+    from specplan.simulator.paths import path_for
     from specplan.simulator.run import baseline_config, build_cost, resolve
 
     if timeline and out is None:
@@ -147,7 +171,8 @@ def simulate(
 
     cfg = load_config(config, set_, engine_config_layer(engine_config))
     if out is not None:
-        check_output_dir(out)
+        claim_output_dir(out, "simulate", {"scenario": cfg.model_dump(mode="json"), "baseline": baseline},
+                         overwrite, SIMULATE_OUTPUTS)
     cost = build_cost(cfg)
     console = make_console(stderr=fmt != "table")
     resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
@@ -155,10 +180,15 @@ def simulate(
         console.print(f"Resolved speculative config ({cfg.engine.engine}): "
                       f"{resolved.speculation.model_dump(exclude_defaults=True)}")
     console.print(describe_scenario(resolved, cost.describe()))
+    warn_schedule_reading(resolved)
+    console.print(f"K per batch size ({path_for(cfg.engine.engine, resolved.speculation.decoding_type).name} "
+                  f"path): {describe_bands(resolved)}")
     result = _run_with_progress(cfg, cost, "simulating")
     base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
     summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
     summary["resolved_speculation"] = result.description.get("speculation")
+    summary["k_bands"] = describe_bands(resolved)
+    summary["k_shares"] = result.summary["k_shares"]
     per_replica = result.description.get("cluster", {}).get("per_replica")
     if per_replica is not None:
         summary["per_replica"] = [{k: rep[k] for k in ("tp", "requests", *SUMMARY_KEYS)} for rep in per_replica]
@@ -183,6 +213,7 @@ def simulate(
         print(_csv(rows, base is not None), end="")
         return
     console.print(_table(rows, base is not None))
+    console.print(f"Steps at each K: {format_shares(summary['k_shares'])}")
     if per_replica is not None:
         console.print(replica_table(per_replica))
     if base is not None:

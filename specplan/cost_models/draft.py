@@ -32,11 +32,11 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from specplan.config import StrictModel, format_validation_error
+from specplan.config_rules import NEURAL_DRAFTERS
 from specplan.errors import ConfigError, read_failure
 
 HOST_SPEEDUP = {"NGram": 1.0, "AUTO": 1.0, "pld": 1.0, "suffix": 1.0, "vllm_ngram": 25.0}
 GPU_DRAFTERS = ("SA",)
-NEURAL_DRAFTERS = ("MTP", "Eagle3")
 DRAFT_COSTS_FORMAT = "specplan-draft-costs/1"
 
 

@@ -2,23 +2,63 @@
 
 Shapes are the published ``config.json`` values. ``mistral-7b`` is Mistral-7B-v0.3 (vocabulary
 32768). ``tiny`` is not a real model: a four-layer stack small enough to calibrate on a CPU in
-seconds (tests and CI).
+seconds (tests and CI). The mixture-of-experts, MLA, sliding-window and quantized models of the
+catalogue are read from their own config.json files under ``specplan/data/models`` (each with a
+SOURCE note) by ``specplan.cost_models.architectures``, which also reads any model folder or file.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Literal, Optional
 
-from specplan.errors import ConfigError, read_failure
+from specplan.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Routed experts of the MoE layers: ``top_k`` of ``num_experts`` gated MLPs of width
+    ``expert_intermediate`` per token, plus always-on shared experts of total width ``shared_intermediate``."""
+
+    num_experts: int
+    top_k: int
+    expert_intermediate: int
+    shared_intermediate: int
+    num_moe_layers: int  # the other layers have a dense MLP of ModelSpec.intermediate
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): a compressed KV latent of ``kv_lora_rank`` plus a
+    shared rotary key of ``qk_rope_head_dim`` per token and layer."""
+
+    q_lora_rank: int  # 0: queries projected directly from the hidden state
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """``num_layers`` layers whose tokens attend to at most ``size`` keys: a sliding window (gpt-oss,
+    Gemma 3), or chunked attention (Llama 4: within ``size``-token chunks, at most ``size`` keys)."""
+
+    size: int
+    num_layers: int
+    kind: Literal["sliding", "chunked"] = "sliding"
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer (Llama-style: GQA attention, gated MLP, RMSNorm)."""
+    """A decoder-only transformer: Llama-style GQA attention, gated MLP and RMSNorm, optionally with
+    routed experts (``moe``), latent attention (``mla``), windowed layers (``window``) and weights stored
+    in a quantized checkpoint format (``weight_format``; ``attention_unquantized`` when the checkpoint
+    keeps attention in BF16, as gpt-oss does)."""
 
     name: str
     num_layers: int
@@ -28,6 +68,17 @@ class ModelSpec:
     head_dim: int
     intermediate: int
     vocab: int
+    moe: Optional[MoESpec] = None
+    mla: Optional[MLASpec] = None
+    window: Optional[WindowSpec] = None
+    weight_format: Optional[str] = None
+    attention_unquantized: bool = False
+    tied_embeddings: bool = False
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP (all of them for a dense model)."""
+        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
 
     def shard(self, tp: int) -> "ShardShapes":
         """Per-GPU shapes under tensor parallelism ``tp``.
@@ -35,7 +86,7 @@ class ModelSpec:
         Query heads, the MLP and the vocabulary split ``tp`` ways; KV heads split too but are
         replicated when there are fewer of them than GPUs (vLLM's rule), so each GPU holds at least one.
         """
-        if self.num_heads % tp or self.intermediate % tp:
+        if self.num_heads % tp or (self.dense_layers and self.intermediate % tp):
             raise ConfigError(
                 f"cost.tp: {tp} does not divide {self.name}'s {self.num_heads} heads and {self.intermediate} MLP width"
             )
@@ -70,63 +121,44 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def _normalise(name: str) -> str:
-    """``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama-3.1-8b``; ``Mistral-7B-v0.3`` -> ``mistral-7b``."""
+def normalise_name(name: str) -> str:
+    """``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama-3.1-8b``; ``Mistral-7B-Instruct-v0.3`` -> ``mistral-7b``;
+    ``google/gemma-3-27b-it`` -> ``gemma-3-27b``."""
     key = name.strip().lower().rsplit("/", 1)[-1]
-    key = re.sub(r"-(instruct|chat|base|hf)$", "", key)
-    return re.sub(r"-v0\.\d+$", "", key)
+    key = re.sub(r"-v0\.\d+$", "", key)
+    return re.sub(r"-(instruct|chat|base|hf|it)$", "", key)
+
+
+def _catalogue_root() -> Path:
+    return Path(str(resources.files("specplan").joinpath("data", "models")))
+
+
+def catalogue_names() -> list[str]:
+    """Every catalogued model: the dense shapes above, then the config.json folders under data/models."""
+    return [*MODELS, *sorted(p.parent.name for p in _catalogue_root().glob("*/config.json"))]
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
-    """A ``ModelSpec`` from a HuggingFace ``config.json``; errors name the file and the field."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read model config ({read_failure(exc)})") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object of model settings")
-    for moe_key in ("num_local_experts", "num_experts", "n_routed_experts"):
-        if data.get(moe_key):
-            raise ConfigError(f"{path}: {moe_key}: mixture-of-experts models are not supported")
+    """A ``ModelSpec`` from a HuggingFace ``config.json`` or a model folder; errors name the file and the field."""
+    from specplan.cost_models.architectures import load_config
 
-    def field(key: str, default: int | None = None) -> int:
-        value = data.get(key, default)
-        if value is None:
-            raise ConfigError(f"{path}: {key}: missing")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{path}: {key}: expected a positive integer, got {value!r}")
-        return value
-
-    heads = field("num_attention_heads")
-    hidden = field("hidden_size")
-    if hidden % heads and "head_dim" not in data:
-        raise ConfigError(f"{path}: head_dim: missing and hidden_size is not a multiple of num_attention_heads")
-    kv_heads = field("num_key_value_heads", heads)
-    if heads % kv_heads:
-        raise ConfigError(f"{path}: num_key_value_heads: {kv_heads} does not divide num_attention_heads {heads}")
-    name = data.get("_name_or_path") or path.parent.name or path.stem
-    return ModelSpec(
-        name=_normalise(str(name)),
-        num_layers=field("num_hidden_layers"),
-        hidden=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=field("head_dim", hidden // heads),
-        intermediate=field("intermediate_size"),
-        vocab=field("vocab_size"),
-    )
+    return load_config(path)
 
 
 def get_model(name_or_path: str) -> ModelSpec:
-    """A catalogue model by name (HF ids and ``-Instruct`` suffixes accepted) or a ``config.json`` path."""
-    if name_or_path.endswith(".json") or Path(name_or_path).is_file():
+    """A catalogue model by name (HF ids and ``-Instruct`` suffixes accepted), or a ``config.json`` file or
+    model folder."""
+    path = Path(name_or_path)
+    if name_or_path.endswith(".json") or path.is_file() or (path / "config.json").is_file():
         return load_hf_config(name_or_path)
-    key = _normalise(name_or_path)
-    if key not in MODELS:
-        raise ConfigError(
-            f"cost.model_name: unknown model {name_or_path!r} (known: {', '.join(MODELS)}, or a config.json path)"
-        )
-    return MODELS[key]
+    key = normalise_name(name_or_path)
+    if key in MODELS:
+        return MODELS[key]
+    folder = _catalogue_root() / key
+    if (folder / "config.json").is_file():
+        from specplan.cost_models.architectures import read_config, parse_config
+
+        data, file = read_config(folder)
+        return parse_config(data, f"catalogue model {key} ({file.name})", key)
+    raise ConfigError(f"cost.model_name: unknown model {name_or_path!r} (known: {', '.join(catalogue_names())}, "
+                      "or a config.json file or model folder)")

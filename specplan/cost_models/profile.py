@@ -13,7 +13,11 @@ A profile file (YAML, ``format: specplan-profile/1``) is either
   generation rows and of prefill rows (``terms`` module). Continuous everywhere; outside the measured
   range ``g`` and ``h`` extend their end segments, never downhill (a falling end segment, measurement
   noise, is extended flat, so no extrapolation goes below the nearest measured time), and the model
-  warns once per dimension, naming the range. TP communication is analytic (a calibrate run measures one GPU's shard);
+  warns once per dimension, naming the range. TP communication is analytic (a calibrate run measures one GPU's shard).
+  The host overhead is ``cost.host_overhead_s`` + ``host_overhead_per_seq_s`` B unless the profile
+  measured its own (``host``: per step, per sequence and, for a host drafter, per drafting step and row;
+  ``specplan calibrate --from-logs engine_steps.csv`` fits them to an engine's steps), and a profile
+  measured eagerly says ``cuda_graph_padding: false``;
 - **analytic** (``provenance.kind: analytic``): a named roofline, ``gpu``, ``model``, ``tp`` and ``dtype``;
   ``registry.cost_model_from_profile`` builds a ``RooflineCostModel`` from it.
 """
@@ -30,7 +34,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from specplan.config import StrictModel, format_validation_error
-from specplan.cost_models.draft import DraftCost, DraftCostSection
+from specplan.cost_models.draft import HOST_SPEEDUP, DraftCost, DraftCostSection
 from specplan.config import CostConfig
 from specplan.cost_models.terms import BatchTerms, TermsCostModel, padded_tokens, tp_comm_s
 from specplan.atomic import atomic_write_text
@@ -86,6 +90,19 @@ class MeasuredRange(_Strict):
         return self
 
 
+class HostTerms(_Strict):
+    """Host time per step measured with the profile (scheduler, sampler, drafter), each its own term.
+
+    When a profile has it, it replaces ``cost.host_overhead_s`` / ``host_overhead_per_seq_s``, and a host
+    drafter (n-gram pools) costs ``draft_step_s + draft_per_seq_s * drafting rows`` instead of the draft table.
+    """
+
+    step_s: float = Field(ge=0, allow_inf_nan=False)
+    per_seq_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    draft_step_s: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+    draft_per_seq_s: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+
+
 class ModelShape(_Strict):
     """The shapes TP communication needs."""
 
@@ -100,8 +117,8 @@ class Provenance(_Strict):
     source: str
     device: Optional[str] = None
     date: Optional[str] = None
-    heldout_median_abs_error: Optional[float] = None
-    heldout_points: Optional[int] = None
+    heldout_median_abs_error: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+    heldout_points: Optional[int] = Field(None, ge=0)
     notes: Optional[str] = None
 
 
@@ -120,8 +137,11 @@ class ProfileFile(_Strict):
     lm_head_time: Optional[Curve] = None
     attention: Optional[AttentionTerms] = None
     measured_range: Optional[MeasuredRange] = None
-    eager_overhead_s: Optional[float] = Field(None, description="median eager minus graph time (informational)")
+    eager_overhead_s: Optional[float] = Field(None, allow_inf_nan=False, description="median eager minus graph time (informational)")
     draft: Optional[DraftCostSection] = None
+    host: Optional[HostTerms] = None
+    cuda_graph_padding: Optional[bool] = Field(None, description="false: measured eagerly (no padding); "
+                                                                 "None: cost.cuda_graph_padding decides")
 
     @model_validator(mode="after")
     def _complete(self) -> "ProfileFile":
@@ -221,7 +241,8 @@ class ProfileCostModel(TermsCostModel):
         if t.num_seqs == 0:
             return 0.0
         o, r = self.options, self._range
-        n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if o.cuda_graph_padding else t.num_tokens
+        pad = o.cuda_graph_padding if self.profile.cuda_graph_padding is None else self.profile.cuda_graph_padding
+        n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if pad else t.num_tokens
         self._warn_outside("total tokens", n, *r.tokens)
         self._warn_outside("logit tokens", t.logit_tokens, *r.logit_tokens)
         self._warn_outside("context", t.max_context, 0, r.max_context)
@@ -230,11 +251,22 @@ class ProfileCostModel(TermsCostModel):
                          *self._allreduce)
         attention = (self._a_kv * (t.kv_decode + t.kv_prefill) + self._a_dec * t.work_decode
                      + self._a_pre * t.work_prefill)
-        host = o.host_overhead_s + o.host_overhead_per_seq_s * t.num_seqs
+        host = self._host_s(t.num_seqs)
         return self._g(n) + self._h(t.logit_tokens) + attention + comm + host
 
+    def _host_s(self, num_seqs: int) -> float:
+        """The profile's measured host terms, else the cost options' (``HostTerms``)."""
+        h, o = self.profile.host, self.options
+        if h is None:
+            return o.host_overhead_s + o.host_overhead_per_seq_s * num_seqs
+        return h.step_s + h.per_seq_s * num_seqs
+
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
-        """Drafting seconds (the profile's ``draft`` section, or the bundled costs; ``DraftCost``)."""
+        """Drafting seconds: a host drafter from the profile's measured ``host`` terms when it has them,
+        else the profile's ``draft`` section or the bundled costs (``DraftCost``)."""
+        h = self.profile.host
+        if h is not None and h.draft_step_s is not None and drafter in HOST_SPEEDUP and num_requests > 0 and k > 0:
+            return h.draft_step_s + (h.draft_per_seq_s or 0.0) * num_requests
         return self.draft.time(drafter, num_requests, k, pool_entries)
 
     def describe(self) -> str:

@@ -19,13 +19,17 @@ Per step: the LM head GEMM over the positions that need logits, the per-step hos
 token-level work (GEMMs, small kernels, all-reduces) when enabled. Attention is not padded: padded
 rows carry no context. FP8 halves weight and KV bytes and uses FP8 GEMM peak; attention math stays
 at BF16 peak.
+
+Models from their config.json (``layer_costs``): an MoE layer replaces the dense MLP by the router,
+shared experts and the routed experts' grouped GEMMs over the D(n) distinct experts the step's tokens
+touch (``moe``), with EP all-to-alls in place of its all-reduce; windowed layers cap the KV a row
+reads; MLA reads its latent; each part's weights are priced in their own format.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from specplan.cost_models.base import StepBatch
@@ -33,16 +37,17 @@ from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.hardware import GPUSpec
 from specplan.cost_models.models import ModelSpec
 from specplan.config import CostConfig
+from specplan.cost_models.layer_costs import (
+    A2A_S_PER_ASSIGNMENT, ALPHA, ATTN_FLOOR2, ATTN_S_PER_WORK, ATTN_S_PER_WORK_PREFILL, BETA, DENSE_LAYERS, EP,
+    FLOOR2, HIDDEN, HOST_PER_SEQ_S, HOST_S, KV_S_PER_TOKEN, LAYERS, LM_HEAD, MAX_CAPTURED, MOE_LAYERS, NUM_EXPERTS,
+    PADDING, ROUTED_DOWN, ROUTED_GU, ROUTER, SHARED_DOWN, SHARED_GU, SMALL_FIXED_S, SMALL_S_PER_TOKEN, TABLE,
+    TABLE_LEN, TOP_K, TP, TWO, VOCAB, WIN_LAYERS, WINDOW, coefficients,
+)
+from specplan.cost_models.moe import distinct_at
 from specplan.cost_models.terms import ACT_BYTES, BatchTerms, TermsCostModel, padded_tokens, tp_comm_s
 
 
 COMPONENTS = ("gemm", "attention_decode", "attention_prefill", "small_kernels", "lm_head", "tp_comm", "host")
-
-# Positions in ``RooflineCostModel.coefficients``, which the compiled formula reads: the four GEMMs'
-# (t_mem fixed, t_mem per token, t_comp per token) from 0, the LM head's three from 12, then scalars.
-_LM_HEAD = 12
-(_KV_S_PER_TOKEN, _ATTN_S_PER_WORK, _SMALL_FIXED_S, _SMALL_S_PER_TOKEN, _ALPHA, _BETA, _FLOOR2, _ATTN_FLOOR2,
- _LAYERS, _HIDDEN, _VOCAB, _TP, _PADDING, _MAX_CAPTURED, _HOST_S, _HOST_PER_SEQ_S, _TWO) = range(15, 32)
 
 
 class RooflineCostModel(TermsCostModel):
@@ -55,42 +60,9 @@ class RooflineCostModel(TermsCostModel):
         self.gpu, self.model, self.tp, self.options = gpu, model, tp, options
         self.draft = draft if draft is not None else DraftCost.default(gpu.sm_count)
         self.source = source
-        o = options
-        shard = model.shard(tp)
-        weight_bytes = 1 if o.dtype == "fp8" else 2
-        h, hd = model.hidden, model.head_dim
-        # (params, input + output width) of the four per-layer GEMMs on one GPU.
-        gemms = [
-            (h * (shard.q_heads + 2 * shard.kv_heads) * hd, h + (shard.q_heads + 2 * shard.kv_heads) * hd),
-            (shard.q_heads * hd * h, shard.q_heads * hd + h),
-            (h * 2 * shard.intermediate, h + 2 * shard.intermediate),
-            (shard.intermediate * h, shard.intermediate + h),
-        ]
-        mem_rate = o.eta_mem * gpu.hbm_bw
-        comp_rate = o.eta_comp * gpu.gemm_flops(o.dtype)
-        # t_mem = a + b * N and t_comp = c * N per GEMM.
-        gemm_coeffs = [
-            (p * weight_bytes / mem_rate, io * ACT_BYTES / mem_rate, 2.0 * p / comp_rate) for p, io in gemms
-        ]
-        lm_params = h * shard.vocab
-        lm_head = (lm_params * weight_bytes / mem_rate, (h + shard.vocab) * ACT_BYTES / mem_rate,
-                         2.0 * lm_params / comp_rate)
-        kv_bytes_per_token = 2 * shard.kv_heads * hd * weight_bytes  # K and V, one layer
-        kv_s_per_token = kv_bytes_per_token / (o.eta_attn * gpu.hbm_bw)
-        attn_s_per_work = 4.0 * shard.q_heads * hd / (o.eta_attn_comp * gpu.bf16_flops)
-        # Small kernels: read+write the residual stream twice (norms), read gate/up and write the product.
-        small_fixed_s = o.small_kernels_per_layer * o.small_kernel_s
-        small_s_per_token = (4 * h + 3 * shard.intermediate) * ACT_BYTES / mem_rate
-        alpha = o.allreduce_alpha_s if o.allreduce_alpha_s is not None else gpu.allreduce_alpha_s
-        beta = o.allreduce_beta_Bps if o.allreduce_beta_Bps is not None else gpu.allreduce_beta_Bps
         # Every constant of the formula in one array, for ``roofline_parts`` (compiled, so the
         # executor's compiled steps price a batch without returning to Python).
-        self.coefficients = np.array([  # in the order of the positions above
-            *(x for g in gemm_coeffs for x in g), *lm_head, kv_s_per_token, attn_s_per_work,
-            small_fixed_s, small_s_per_token, alpha, beta, o.gemm_floor_s ** 2, o.attn_floor_s ** 2,
-            model.num_layers, model.hidden, model.vocab, tp, float(o.cuda_graph_padding), o.cuda_graph_max_tokens,
-            o.host_overhead_s, o.host_overhead_per_seq_s, 2.0,
-        ])
+        self.coefficients = coefficients(gpu, model, tp, options)
 
     def _parts(self, t: BatchTerms) -> tuple[float, ...]:
         return roofline_parts(self.coefficients, t.num_seqs, t.num_tokens, t.logit_tokens, t.kv_decode,
@@ -129,26 +101,75 @@ def _blend(floor2, a, b, two):
 
 
 @njit(cache=True)
+def _moe_mlp_s(c, n, routed):
+    """One MoE layer's MLP seconds: router, shared experts, and the routed experts' grouped GEMMs over
+    ``routed`` tokens (unpadded: CUDA-graph padding repeats one token) touching D(routed) experts."""
+    floor2, two = c[FLOOR2], c[TWO]
+    assignments = routed * c[TOP_K]
+    length = int(c[TABLE_LEN])
+    distinct = distinct_at(c[TABLE:TABLE + length], c[TABLE + length:TABLE + length + int(c[NUM_EXPERTS])], routed)
+    total = _blend(floor2, c[ROUTER] + c[ROUTER + 1] * n, c[ROUTER + 2] * n, two)
+    if c[SHARED_GU] > 0:
+        for g in (SHARED_GU, SHARED_DOWN):
+            total += _blend(floor2, c[g] + c[g + 1] * n, c[g + 2] * n, two)
+    for g in (ROUTED_GU, ROUTED_DOWN):
+        total += _blend(floor2, c[g] * distinct + c[g + 1] * assignments, c[g + 2] * assignments, two)
+    return total
+
+
+@njit(cache=True)
+def _windowed(c, num_seqs, num_tokens, logit_tokens, kv, work, prefill_phase, has_prefill):
+    """KV tokens read and score positions of one phase with keys capped at the window W, from the step's
+    sums: ``min(kv, rows * W + tokens)`` and ``min(work, W * tokens)``, exact when every row's context
+    is past the window or every row's within it. A step with prefill is taken to hold one prefill row
+    (its logit positions are then the decode tokens plus one)."""
+    w = c[WINDOW]
+    n_dec = logit_tokens - 1 if has_prefill else num_tokens
+    if prefill_phase:
+        rows, tokens = 1, num_tokens - n_dec
+    else:
+        rows, tokens = num_seqs - (1 if has_prefill else 0), n_dec
+    return min(kv, rows * w + tokens), min(work, w * tokens)
+
+
+@njit(cache=True)
 def roofline_parts(c, num_seqs, num_tokens, logit_tokens, kv_decode, kv_prefill, work_decode, work_prefill):
     """Seconds of each of ``COMPONENTS`` for one step, from ``RooflineCostModel.coefficients``."""
-    floor2, two = c[_FLOOR2], c[_TWO]
-    layers = int(c[_LAYERS])
-    n = padded_tokens(num_tokens, int(c[_MAX_CAPTURED])) if c[_PADDING] else num_tokens
+    floor2, two = c[FLOOR2], c[TWO]
+    layers = int(c[LAYERS])
+    n = padded_tokens(num_tokens, int(c[MAX_CAPTURED])) if c[PADDING] else num_tokens
     gemm = 0.0
-    for g in range(0, _LM_HEAD, 3):
+    for g in range(0, 6, 3):
         gemm += _blend(floor2, c[g] + c[g + 1] * n, c[g + 2] * n, two)
+    attn_gemm = gemm
+    for g in range(6, LM_HEAD, 3):
+        gemm += _blend(floor2, c[g] + c[g + 1] * n, c[g + 2] * n, two)
+    gemm *= c[DENSE_LAYERS]
+    comm = tp_comm_s(n, logit_tokens, layers, int(c[HIDDEN]), int(c[VOCAB]), int(c[TP]), c[ALPHA], c[BETA])
+    moe_layers = c[MOE_LAYERS]
+    if moe_layers > 0:
+        gemm += moe_layers * (attn_gemm + _moe_mlp_s(c, n, float(num_tokens)))
+        if c[EP] > 1:  # dispatch + combine all-to-alls replace the MLP's all-reduce
+            a2a = 2.0 * (c[ALPHA] + num_tokens * c[TOP_K] * c[A2A_S_PER_ASSIGNMENT])
+            comm += moe_layers * (a2a - (c[ALPHA] + n * c[HIDDEN] * ACT_BYTES / c[BETA]))
+    win_layers = c[WIN_LAYERS]
+    full_layers = layers - win_layers
     attention = [0.0, 0.0]
-    for i, (kv, work) in enumerate(((kv_decode, work_decode), (kv_prefill, work_prefill))):
+    phases = ((kv_decode, work_decode, c[ATTN_S_PER_WORK]), (kv_prefill, work_prefill, c[ATTN_S_PER_WORK_PREFILL]))
+    for i, (kv, work, per_work) in enumerate(phases):
         if kv > 0:
-            attention[i] = _blend(c[_ATTN_FLOOR2], kv * c[_KV_S_PER_TOKEN], work * c[_ATTN_S_PER_WORK], two)
+            attention[i] = full_layers * _blend(c[ATTN_FLOOR2], kv * c[KV_S_PER_TOKEN], work * per_work, two)
+            if win_layers > 0:
+                kv_w, work_w = _windowed(c, num_seqs, num_tokens, logit_tokens, kv, work, i == 1, kv_prefill > 0)
+                attention[i] += win_layers * _blend(c[ATTN_FLOOR2], kv_w * c[KV_S_PER_TOKEN], work_w * per_work, two)
     return (
-        layers * gemm,
-        layers * attention[0],
-        layers * attention[1],
-        layers * (c[_SMALL_FIXED_S] + n * c[_SMALL_S_PER_TOKEN]),
-        _blend(floor2, c[_LM_HEAD] + c[_LM_HEAD + 1] * logit_tokens, c[_LM_HEAD + 2] * logit_tokens, two),
-        tp_comm_s(n, logit_tokens, layers, int(c[_HIDDEN]), int(c[_VOCAB]), int(c[_TP]), c[_ALPHA], c[_BETA]),
-        c[_HOST_S] + c[_HOST_PER_SEQ_S] * num_seqs,
+        gemm,
+        attention[0],
+        attention[1],
+        layers * (c[SMALL_FIXED_S] + n * c[SMALL_S_PER_TOKEN]),
+        _blend(floor2, c[LM_HEAD] + c[LM_HEAD + 1] * logit_tokens, c[LM_HEAD + 2] * logit_tokens, two),
+        comm,
+        c[HOST_S] + c[HOST_PER_SEQ_S] * num_seqs,
     )
 
 

@@ -227,12 +227,55 @@ def vllm_speculative_config(spec: SpeculationConfig, keys: Optional[str] = None,
     return out
 
 
+#: Drafters each engine lacks -> what the export substitutes (the other engine's closest drafter).
+SUBSTITUTES = {
+    "trtllm": {"vllm_ngram": "NGram (TensorRT-LLM's n-gram pool over sizes up to prompt_lookup_max)",
+               "suffix": "SA (the suffix automaton, longest match)"},
+    "vllm": {"NGram": "method ngram (vLLM's n-gram proposer, prompt_lookup 1..max_matching_ngram_size)",
+             "SA": "method ngram (vLLM's n-gram proposer; vLLM has no suffix automaton)"},
+}
+
+
+def substitute_note(spec: SpeculationConfig, engine: str) -> Optional[str]:
+    """One line naming the drafter an export to ``engine`` substitutes for ``spec``'s, or None when
+    the engine has that drafter."""
+    sub = SUBSTITUTES[engine].get(spec.decoding_type)
+    if sub is None:
+        return None
+    name = "TensorRT-LLM" if engine == "trtllm" else "vLLM"
+    return f"{name} has no {spec.decoding_type} drafter: exported as {sub}, and simulated as that"
+
+
+def trtllm_plain_options(max_batch_size: int, max_num_tokens: int) -> dict:
+    """TensorRT-LLM LLM API options without ``speculative_config``: the engine runs without speculation."""
+    return {"max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens}
+
+
+def vllm_plain_command(max_num_seqs: int, max_num_batched_tokens: int) -> str:
+    """A ``vllm serve`` line without ``--speculative-config``: the engine runs without speculation."""
+    return f"vllm serve --max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_num_batched_tokens}"
+
+
 def write_trtllm_yaml(cfg: dict, path: str | Path, comment: Optional[str] = None) -> Path:
     """Write ``speculative_config:`` YAML (validated first), atomically."""
     validate_trtllm_speculative_config(cfg)
     text = (f"# {comment}\n" if comment else "") + yaml.safe_dump({"speculative_config": cfg}, sort_keys=False)
     path = Path(path)
     atomic_write_text(path, text)
+    return path
+
+
+def write_trtllm_options(options: dict, path: str | Path, comment: str) -> Path:
+    """Write a TensorRT-LLM options YAML without a speculative config, atomically."""
+    path = Path(path)
+    atomic_write_text(path, f"# {comment}\n" + yaml.safe_dump(options, sort_keys=False))
+    return path
+
+
+def write_vllm_command(command: str, path: str | Path, comment: str) -> Path:
+    """Write a ``vllm serve`` line (add your model after ``serve``), atomically."""
+    path = Path(path)
+    atomic_write_text(path, f"# {comment}\n# add your model after 'vllm serve'\n{command}\n")
     return path
 
 

@@ -16,7 +16,9 @@ per value of the first swept ``speculation.*`` field (K, or the schedule), one r
 combination of the other swept fields (``analysis.layout``); fields zipped with the x axis move with
 it. Every point is numbered (``#``) the same way in the figures, the CSVs and the tables, and each
 point slower than its baseline is explained by its largest cost term (``reports.explain``). Points
-that failed (``failures.jsonl``) are listed first. Latencies in the tables are in ms.
+that failed (``failures.jsonl``) are listed first. Latencies in the tables are in ms. Goodput counts
+only requests within the SLOs, and a point whose queue grows without bound (``sweeps.stability``) is
+marked unstable and never ranked best. Every point's K per batch size is listed as bands.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from specplan.reports.analysis import (acceptance_length_distribution, label_row
                                        pareto_front, seed_means, short_names)
 from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore
+from specplan.sweeps.stability import UNSTABLE_GROWTH
 from specplan.sweeps.sweep import FAILURES_FILE, RECORDS_DIR, open_sweep
 from specplan.outputs import check_output_dir
 
@@ -90,6 +93,41 @@ def _failures(sweep_dir: Path) -> list[str]:
     return [json.loads(line)["error"] for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
+def _unstable(means: pd.DataFrame) -> pd.Series:
+    """Points whose queue grows without bound in any seed (``sweeps.stability``); none in tables of an
+    older specplan, which lack the column."""
+    if "unstable" not in means.columns:
+        return pd.Series(False, index=means.index)
+    return means["unstable"].fillna(0).astype(float) > 0
+
+
+def _goodput_note(points, means: pd.DataFrame, unstable: pd.Series) -> list[str]:
+    """What goodput counts here, and which points are left out of the ranking as overloaded."""
+    slo = {(p.config.slo_ttft_s, p.config.slo_tpot_s) for p in points}
+    if slo == {(None, None)}:
+        md = ["No SLO is set (`slo_ttft_s`, `slo_tpot_s`), so goodput counts every completed request; set them in "
+              "the base to rank by requests served within them."]
+    else:
+        md = ["Goodput counts only the output tokens of requests within the SLOs (" + "; ".join(
+            f"TTFT <= {'-' if t is None else f'{t * 1e3:g} ms'}, TPOT <= {'-' if p is None else f'{p * 1e3:g} ms'}"
+            for t, p in sorted(slo, key=str)) + ")."]
+    if unstable.any():
+        md += [f"Unstable points (the queue grows without bound: over the second half of the arrivals more than "
+               f"{UNSTABLE_GROWTH:.0%} of them are still waiting; `queue_growth`) are never ranked: "
+               + ", ".join(f"#{n}" for n in means.loc[unstable, "#"]) + "."]
+    return [" ".join(md), ""]
+
+
+def _k_table(table: pd.DataFrame, means: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Per point: its number, its speculation axes, the K bands and the share of steps at each K."""
+    first = table.drop_duplicates(list(axes)) if axes else table.head(1)
+    spec_axes = [a for a in axes if a.startswith("speculation.")] or list(axes)
+    out = pd.DataFrame({"#": means["#"].to_numpy(), **{a: first[a].to_numpy() for a in spec_axes}})
+    for col, head in (("k_bands", "K per batch size"), ("k_shares", "steps at each K")):
+        out[head] = first[col].to_numpy() if col in first.columns else None
+    return out
+
+
 def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) -> Path:
     """Write the figures (each with its CSV) and ``report.md`` for the sweep in ``sweep_dir``;
     returns the Markdown path."""
@@ -114,11 +152,24 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
            "in ms. Each figure's data is in the CSV of the same name beside it.", ""]
 
     cols = ["#", *axes, *[c for c in HEADLINE if c in means.columns]]
-    best = means.sort_values("goodput_tok_s", ascending=False)[cols].head(10)
-    md += ["## Best points by goodput", "", md_table(ms_columns(best)), ""]
-    if "workload.rate" in axes:
-        best = means.loc[means.groupby("workload.rate", sort=False)["goodput_tok_s"].idxmax()]
+    unstable = _unstable(means)
+    md += ["## Best points by goodput", "", *_goodput_note(points, means, unstable)]
+    ranked = means[~unstable]
+    if ranked.empty:
+        md += ["Every point is unstable, so none is ranked.", ""]
+    else:
+        best = ranked.sort_values("goodput_tok_s", ascending=False)[cols].head(10)
+        md += [md_table(ms_columns(best)), ""]
+    if "workload.rate" in axes and not ranked.empty:
+        best = ranked.loc[ranked.groupby("workload.rate", sort=False)["goodput_tok_s"].idxmax()]
+        gone = [r for r in dict.fromkeys(means["workload.rate"]) if r not in set(ranked["workload.rate"])]
         md += ["### Best per arrival rate", "", md_table(ms_columns(best[cols])), ""]
+        if gone:
+            md += [f"No stable point at {', '.join(f'{r:g}' for r in gone)} req/s: every configuration there is "
+                   "overloaded.", ""]
+    md += ["## K per batch size", "", "The K each batch size gets on the run's engine path (the engine's own "
+           "schedule lookup), and the share of steps run at each K (the first seed's run).", "",
+           md_table(_k_table(table, means, axes)), ""]
 
     md += ["## Speedup", ""]
     if "speedup" not in means.columns:
@@ -197,11 +248,15 @@ def write_report(sweep_dir: str | Path, out_dir: Optional[str | Path] = None) ->
             "tripped at (s)": tripped,
             "makespan (s)": rows["makespan_s"].to_numpy(dtype=float),
             "share of makespan": tripped / rows["makespan_s"].to_numpy(dtype=float),
+            # TensorRT-LLM still charges 1 + K a row once latched: budget prefill could have used
+            "budget charged, off": rows.get("overcharged_tokens_spec_off", pd.Series(np.nan, rows.index)).to_numpy(),
+            "while requests waited": rows.get("overcharged_tokens_queued", pd.Series(np.nan, rows.index)).to_numpy(),
         })
         plots.gate_trips(gate_table, out / "gate.png")
         n = int((~np.isnan(tripped)).sum())
         md += [f"The gate tripped in {n} of {len(gated)} gated runs ('-': never).", "", "![gate](gate.png)", "",
                md_table(gate_table), ""]
 
-    md += ["## All points", "", md_table(ms_columns(means[cols])), ""]
+    every = means[cols].assign(unstable=np.where(unstable, "unstable", ""))
+    md += ["## All points", "", md_table(ms_columns(every)), ""]
     return atomic_write_text(out / REPORT_FILE, "\n".join(md))

@@ -129,9 +129,11 @@ def setup_drafter(rules, lookup: Callable[[int], int], *, k_static: int, k_next:
     return k, True
 
 
-# Token budget rules of ``prepare_draft_requests`` and verify widths, as the compiled step takes them.
-PLACEHOLDER_BUDGET, STATIC_BUDGET, DRAFT_BUDGET = 0, 1, 2
-BUDGETS = {"placeholder": PLACEHOLDER_BUDGET, "static": STATIC_BUDGET, "draft": DRAFT_BUDGET}
+# Token charge rules of ``prepare_draft_requests`` and verify widths, as the compiled step takes them:
+# TensorRT-LLM's default ``MicroBatchScheduler`` with the V1 KV cache manager, ``KVCacheV2Scheduler``,
+# and vLLM's scheduler (a decode row costs its own proposed draft).
+V1_BUDGET, V2_BUDGET, DRAFT_BUDGET = 0, 1, 2
+BUDGETS = {"v1": V1_BUDGET, "v2": V2_BUDGET, "draft": DRAFT_BUDGET}
 STATIC_WIDTH, RUNTIME_WIDTH, DRAFT_WIDTH = 0, 1, 2
 VERIFY_WIDTHS = {"static": STATIC_WIDTH, "runtime": RUNTIME_WIDTH, "draft": DRAFT_WIDTH}
 
@@ -144,24 +146,43 @@ def verified_width(verify_width, k, k_static, drafted):
 
 
 @njit(cache=True)
-def prepare_draft_requests(spec, budget, verify_width, k, k_static, disabled, pending):
-    """One generation request's token charge and KV growth (``_prepare_draft_requests``); ``budget``
-    and ``verify_width`` are the ``BUDGETS`` / ``VERIFY_WIDTHS`` codes of the path.
+def prepare_draft_requests(spec, budget, verify_width, k, k_static, k_charge, disabled, pending):
+    """One generation request's token charge and KV growth, as ``(charge, kv_width)``; ``budget``
+    and ``verify_width`` are the ``BUDGETS`` / ``VERIFY_WIDTHS`` codes of the run.
 
-    Drafter path (placeholder): ``[0] * K`` placeholders unless the request is stamped
-    ``py_disable_speculative_decoding``; KV grows to the verified width (NGram pads to K_static and
-    ``_extend_kv_cache_for_padding`` covers it). One-model path (static):
-    ``py_draft_pages_allocated = K_static``. vLLM (draft): the draft proposed after the last step
-    (``pending``) is known, so a row costs 1 + that draft.
+    ``v1`` (TensorRT-LLM's default): the executor stamps every generation request's C++
+    ``draft_tokens = [0] * max_total_draft_tokens`` before scheduling, whether speculation is on,
+    the request is stamped ``py_disable_speculative_decoding`` or the gate latched, and
+    ``MicroBatchScheduler`` charges ``beam_width + getNumDraftTokens()``: ``1 + k_charge`` (the
+    resolved ``max_total_draft_tokens``: the drafter's K, or K_static on the one-model path). The V1
+    ``KVCacheManager.prepare_resources`` grows the row by ``1 + max(len(py_draft_tokens),
+    _kv_reserve_draft_tokens)``: ``1 + K_static`` whatever the runtime draft (rewound after the step).
+    ``v2`` (``KVCacheV2Scheduler``): ``1 + len(py_draft_tokens)``: the K placeholders only while
+    speculation is on and the request is not stamped; KV grows to the verified width. ``draft``
+    (vLLM): the draft proposed after the last step (``pending``) is known, so a row costs 1 + it.
     """
+    if budget == V1_BUDGET:
+        return 1 + k_charge, 1 + k_static
     if not spec:
         return 1, 1
     if budget == DRAFT_BUDGET:
         return 1 + pending, (1 + verified_width(verify_width, k, k_static, pending) if pending > 0 else 1)
-    if budget == STATIC_BUDGET:
-        return 1 + k_static, 1 + k_static
-    # Placeholders reserve KV as if every one of the K is drafted.
-    return (1 if disabled else 1 + k), 1 + verified_width(verify_width, k, k_static, k)
+    return (1 if disabled else 1 + k_charge), 1 + verified_width(verify_width, k, k_static, k)
+
+
+def placeholder_charge(budget: str, speculate: bool, k_static: int, k: int, spec: bool,
+                       resolve: Callable[[], int]) -> int:
+    """``max_total_draft_tokens``: the placeholders every generation row is charged, on or off, by the
+    path's ``PathRules.budget``. Drafter path (``placeholder``): the K the drafter resolves before
+    scheduling (``resolve()`` when this step does not speculate), also when ``should_use_spec_decode``
+    refused the batch or the gate latched: only the schedule's K = 0 makes it 0. One-model path
+    (``static``): K_static. vLLM (``draft``): none (a row pays its own draft). ``prepare_draft_requests``
+    applies it as the scheduler does (V1: always; V2: a speculating, unstamped request only)."""
+    if not speculate or budget == "draft":
+        return 0
+    if budget == "static":
+        return k_static
+    return k if spec else resolve()
 
 
 class _LatchingWindow:
@@ -222,18 +243,20 @@ class LegacySpeculationGate(_LatchingWindow):
         return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
 
 
-def gate_sample(denominator: str, accepted: int, drafted: int, verified: int, k: int, gen_rows: int) -> Optional[float]:
+def gate_sample(denominator: str, accepted: int, drafted: int, verified: int, k: int, k_static: int,
+                gen_rows: int) -> Optional[float]:
     """One SpeculationGate sample for an iteration that speculated, from the step's sums over its
     drafting rows (accepted, drafted, verified width); None records nothing.
 
-    ``drafted`` (TRT drafter path, current ``_update_batch_acceptance_rate``): accepted over the
-    verified pre-padding draft lengths of the rows that drafted; no sample when nothing was drafted.
-    ``padded``: the older ``num_draft_tokens`` reading, the verified width with CUDA-graph zeros.
-    ``runtime`` (one-model path): K per generation row, so an iteration where nothing matched
-    still records a 0 sample.
+    ``_update_batch_acceptance_rate`` divides by the C++ ``num_draft_tokens`` of the generation rows.
+    ``drafted`` (TRT drafter path): the verified pre-padding draft lengths of the rows that drafted;
+    no sample when nothing was drafted. ``padded``: the older reading, the verified width with
+    CUDA-graph zeros. ``static`` (one-model path): the stamp ``[0] * max_total_draft_tokens``, K_static
+    per generation row whatever the schedule's runtime K (``SAWorker`` records no effective length),
+    so an iteration where nothing matched records a 0 sample. ``runtime``: the schedule's K per row.
     """
-    if denominator == "runtime":
-        total = k * gen_rows
+    if denominator in ("static", "runtime"):
+        total = (k_static if denominator == "static" else k) * gen_rows
         return accepted / total if total > 0 else None
     denom = drafted if denominator == "drafted" else verified
     return accepted / denom if drafted > 0 and denom > 0 else None

@@ -18,7 +18,7 @@ from specplan.simulator.state import RequestState
 
 
 def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: ScheduleDecision, gid: np.ndarray, k: int,
-                         k_static: int, verify_width: int, proposed_before: bool):
+                         k_static: int, verify_width: int, proposed_before: bool, order: Optional[np.ndarray] = None):
     """Drafts of this step's rows and their verified widths.
 
     Generation rows draft (with ``proposed_before``, vLLM: those holding a proposed draft); a drafter
@@ -26,7 +26,8 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
     Verified width per drafting row: ``control.verified_width`` of the ``VERIFY_WIDTHS`` code
     ``verify_width``. Rows are slots of ``st``; the oracle knows requests by id
     (``gid[slot]``). Returns the drafting mask, drafted and accepted per drafting row, and the query
-    tokens per row.
+    tokens per row. ``order`` (one sort key per row, TensorRT-LLM's drafter path: ``batch_order``) is
+    the order in which the rows draft, which a shared pool sees; without it, row order.
     """
     rows, ctx = d.rows, d.is_prefill
     q = d.query_tokens.copy()
@@ -36,19 +37,58 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
     if not proposed_before:
         drafting, drows = now, rows[now]
         if len(drows):
-            drafted, accepted = oracle.draft(gid[drows], st.generated[drows], k)
+            perm = np.argsort(order[now], kind="stable") if order is not None else slice(None)
+            drafted, accepted = np.empty(len(drows), np.int64), np.empty(len(drows), np.int64)
+            drafted[perm], accepted[perm] = oracle.draft(gid[drows[perm]], st.generated[drows[perm]], k)
         else:
             drafted = accepted = np.zeros(0, dtype=np.int64)
     else:
         drafted, accepted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
         if now.any():
             drafted[now], accepted[now] = oracle.draft(gid[rows[now]], st.generated[rows[now]], k)
-        drafting = now | (~ctx & (st.pending_drafted[rows] > 0))
+        # A row the token budget cut verifies only the drafts its scheduled tokens hold (vLLM's spec-token trim).
+        room = d.query_tokens - 1
+        drafting = now | (~ctx & (st.pending_drafted[rows] > 0) & (room > 0))
         held = drafting & ~now
-        drafted[held], accepted[held] = st.pending_drafted[rows[held]], st.pending_accepted[rows[held]]
+        drafted[held] = np.minimum(st.pending_drafted[rows[held]], room[held])
+        accepted[held] = np.minimum(st.pending_accepted[rows[held]], drafted[held])
         drafted, accepted = drafted[drafting], accepted[drafting]
     q[drafting] = np.where(ctx[drafting], q[drafting], 1) + verified_width(verify_width, k, k_static, drafted)
     return drafting, drafted, accepted, q
+
+
+def batch_order(seq_slot: np.ndarray, request_id: np.ndarray) -> np.ndarray:
+    """TensorRT-LLM's drafting order key (``NGramDrafter.prepare_draft_tokens`` sorts the generation
+    requests by ``(py_batch_idx is None, py_batch_idx or request_id)``; ``py_batch_idx`` is the
+    sequence slot, so slot 0 sorts by its request id)."""
+    return np.where(seq_slot != 0, seq_slot, request_id)
+
+
+class SeqSlots:
+    """TensorRT-LLM's ``SeqSlotManager``: a request takes a slot when first scheduled
+    (``prepare_resources``, context requests then generation requests) and gives it back when it
+    completes (``free_resources``). Slots come from ``SlotManager``'s Python set
+    (``free_slots = set(range(max_num_requests))``, ``add_slot``: ``free_slots.pop()``), so this uses
+    the same set, whose ``pop`` resumes where the last one stopped: a freed slot is not the next
+    one given."""
+
+    def __init__(self, max_num_requests: int) -> None:
+        self.free_slots = set(range(max_num_requests))
+
+    def order(self, st: RequestState, rows: np.ndarray, max_batch_size: int) -> np.ndarray:
+        """Slots for the scheduled ``rows`` (in the batch's order) that have none; returns the rows'
+        ``batch_order`` keys. Request ids are given from ``max_batch_size`` up in arrival order
+        (``ExecutorRequestQueue.next_request_id``); here arrival order is the workload's."""
+        for r in rows[st.seq_slot[rows] < 0].tolist():
+            st.seq_slot[r] = self.free_slots.pop()
+        return batch_order(st.seq_slot[rows], max_batch_size + st.rid[rows])
+
+    def remove(self, st: RequestState, rows: np.ndarray) -> None:
+        """Completed ``rows`` give their slots back."""
+        for r in rows.tolist():
+            if st.seq_slot[r] >= 0:
+                self.free_slots.add(int(st.seq_slot[r]))
+                st.seq_slot[r] = -1
 
 
 def propose_draft_token_ids(oracle: AcceptanceOracle, st: RequestState, rows: np.ndarray, gid: np.ndarray, k: int,

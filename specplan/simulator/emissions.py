@@ -18,7 +18,7 @@ _MOST_AT_FIRST = 1 << 26
 ITERATION_FIELDS = (
     "iteration", "start_s", "step_s", "num_active", "num_queued", "batch_rows", "gen_rows",
     "prefill_tokens", "k", "spec_on", "drafted", "accepted", "verified_tokens", "committed", "prefill_done",
-    "kv_blocks_used",
+    "kv_blocks_used", "charged_tokens", "kv_reserved_tokens", "verified_draft_tokens",
 )
 _FLOAT_FIELDS = ("start_s", "step_s")
 

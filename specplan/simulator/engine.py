@@ -39,12 +39,13 @@ from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
 from specplan.simulator import control, span, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
-from specplan.simulator.drafts import prepare_draft_tokens, propose_draft_token_ids
+from specplan.simulator.drafts import SeqSlots, prepare_draft_tokens, propose_draft_token_ids
 from specplan.simulator.emissions import EmissionLog, IterationLog, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
-from specplan.simulator.paths import PATHS
+from specplan.simulator.paths import PATHS, TRT_DRAFTER
+from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, POLICIES, ScheduleDecision, check_fits, schedule_step
 from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
 
@@ -68,7 +69,7 @@ class Executor:
         self.cost = cost
         self.max_sim_time = max_sim_time
         self.record_batches = record_batches  # keep every step's composition (fidelity replay)
-        self.prefix_cache = prefix_cache  # vLLM automatic prefix caching (specplan.simulator.prefix_cache)
+        self.prefix_cache = prefix_cache  # a prefix_cache.PrefixCache when the engine caches prefixes
         self.n = len(workload.prompt_lens)
         self.compact_slots = compact_slots
         lens = (workload.prompt_lens[:0], workload.output_lens[:0]) if compact_slots else (workload.prompt_lens,
@@ -108,7 +109,7 @@ class Executor:
         self._ctx = np.zeros(rows, dtype=bool)
         self._no_drafting, self._none = np.zeros(rows, dtype=bool), np.zeros(0, dtype=np.int64)
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
-        self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(7)
+        self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(8)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         self._span = self._of = self._lent = None  # the span.SpanState, arrays it was built of, arrays it borrows
         self.stepper, self.replica = None, 0  # in a fleet: its ``fleet_loop.Stepper`` and this replica's index
@@ -117,10 +118,13 @@ class Executor:
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
         # The path's rules as the compiled step takes them.
-        self._budget = control.BUDGETS[self.rules.budget]
+        self._budget = control.BUDGETS["draft" if self.rules.budget == "draft" else settings.kv_cache_scheduler]
         self._verify_width = control.VERIFY_WIDTHS[settings.verify_width]
         self._policy = POLICIES[settings.policy]
+        self._equal_progress = settings.context_chunking_policy == "EQUAL_PROGRESS"
         self._stamps = self.rules.stamps_disable and settings.speculate  # py_disable_speculative_decoding
+        self._slots = (SeqSlots(max(settings.max_batch_size, settings.max_num_active_requests))  # drafting order
+                       if self.rules.name == TRT_DRAFTER and settings.speculate else None)
         self._max_time = np.inf if max_sim_time is None else max_sim_time
         check_fits(settings, workload.prompt_lens, workload.output_lens, self.kv, self.k_static)
 
@@ -149,9 +153,6 @@ class Executor:
             del self.waiting[:room]
             if self.compact_slots:  # ids become slots
                 new = self.st.add(new, self.w.prompt_lens, self.w.output_lens)
-            if self.prefix_cache is not None:
-                slots = np.array(new)
-                self.prefix_cache.admit(slots, self.st.rid[slots], self.st)
             self.st.admit(new)
 
     def _on_finish(self, slots: np.ndarray, iteration: int) -> None:
@@ -163,6 +164,8 @@ class Executor:
                 if self.legacy_gate.record(int(st.generated[slot]), int(st.emits[slot])):
                     self._trip(iteration)
         rids = st.rid[slots]
+        if self._slots is not None:
+            self._slots.remove(st, slots)
         self.oracle.on_finish(rids)
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
@@ -180,8 +183,7 @@ class Executor:
         return s.max_draft_len
 
     def _trip(self, iteration: int) -> None:
-        self.trace.gate_tripped_iteration = iteration
-        self.trace.gate_tripped_time = self.env.now
+        self.trace.gate_tripped_iteration, self.trace.gate_tripped_time = iteration, self.env.now
 
     def _setup_drafter(self) -> tuple[int, bool]:
         """K before scheduling and on/off (``_setup_drafter``): off without a drafter or once the gate latched."""
@@ -193,15 +195,6 @@ class Executor:
                                      k_from=s.k_from, num_active=self.st.num_active, last_scheduled=self._last_scheduled,
                                      max_batch_size=s.max_batch_size, max_num_tokens=s.max_num_tokens,
                                      max_concurrency=s.max_concurrency)
-
-    def _update_draft_len(self, scheduled: int, k: int, spec: bool) -> tuple[int, bool]:
-        """One-model path: K for this step from the scheduled batch (``update_draft_len``).
-
-        The drafter path never calls it: its drafts were sized before scheduling and are padded to
-        K_static afterwards (``pad_draft_tokens_for_cuda_graph``)."""
-        s = self.s
-        k = control.update_draft_len(s.draft_len_schedule, scheduled, s.max_draft_len, s.schedule_lookup)
-        return k, k > 0
 
     # ----------------------------------------------------------------- drafts, verify, commit
     def _draft_time(self, num_rows: int, k: int, state_size: int) -> float:
@@ -219,7 +212,7 @@ class Executor:
         else:
             stats = self._stats
             sample = control.gate_sample(self.s.gate_denominator, int(stats[step.ACCEPTED]), int(stats[step.DRAFTED]),
-                                         int(stats[step.VERIFIED]), k, num_generation)
+                                         int(stats[step.VERIFIED]), k, self.k_static, num_generation)
             if sample is not None:
                 self.trace.gate_samples.append(sample)
         if self.gate is None:
@@ -232,11 +225,14 @@ class Executor:
     # ----------------------------------------------------------------- the loop
     def _schedule(self, spec: bool, k: int) -> int:
         s, st = self.s, self.st
+        charge = control.placeholder_charge(self.rules.budget, s.speculate, self.k_static, k, spec, lambda: self._lookup(
+            self._last_scheduled if s.k_from == "scheduled" else st.num_active))  # max_total_draft_tokens
         n = schedule_step(st.act, st.counters, st.plen, st.olen, st.computed, st.ctx_target, st.generated,
                           st.started, st.reserved, self.kv.held, st.disable_spec, st.pending_drafted, spec,
-                          self._stamps and not spec, k, self.k_static, self._budget, self._verify_width,
+                          self._stamps and not spec, k, self.k_static, charge, self._budget, self._verify_width,
                           self._policy, s.max_num_tokens, s.max_batch_size, s.chunked_prefill, self.kv.num_blocks,
-                          self.kv.block_size, self._rows, self._q_sched, self._ctx, self._width)
+                          self.kv.block_size, self._rows, self._q_sched, self._ctx, self._width, st.rid,
+                          *prefix_cache_arrays(self.prefix_cache), st.pc_done, self._equal_progress)
         if n == 0:
             raise ConfigError(NOTHING_FITS_MESSAGE)
         return n
@@ -244,9 +240,9 @@ class Executor:
     def _price(self, n: int, q: np.ndarray, no_drafts: bool) -> float:
         """The forward's seconds: KV grown to the verified width, the batch terms, the cost model."""
         st = self.st
-        self.kv.check(step.price_step(self._rows, self._q_sched, q, self._ctx, n, no_drafts, st.plen, st.generated,
-                                      st.computed, self.kv.held, st.counters, self.kv.num_blocks, self.kv.block_size,
-                                      self._resident, self._terms))
+        self.kv.check(step.price_step(self._rows, self._q_sched, q, self._ctx, self._width, n, no_drafts, st.plen,
+                                      st.generated, st.computed, self.kv.held, st.counters, self.kv.num_blocks,
+                                      self.kv.block_size, self._resident, self._terms))
         if self._prices_terms:
             t = self._terms.tolist()
             terms = BatchTerms(int(t[0]), int(t[1]), int(t[2]), t[3], t[4], t[5], t[6], int(t[7]), int(t[8]), int(t[9]))
@@ -260,7 +256,8 @@ class Executor:
         log.reserve(n)
         its.reserve()
         rec = self._record
-        rec[:] = it, start, step_s, st.counters[N_ACTIVE], len(self.waiting), k if spec else 0, spec
+        rec[:] = (it, start, step_s, st.counters[N_ACTIVE], len(self.waiting), k if spec else 0, spec,
+                  self._terms[step.KV_GROWN])
         self.kv.check(step.commit_step(
             self._rows, self._q_sched, q, self._ctx, n, drafting, drafted, accepted, self.trace.accepted_hist,
             self.env.now, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.emits, st.first_token,
@@ -278,9 +275,7 @@ class Executor:
                       max_seq_len: int, finished: int) -> bool:
         """The Python side of a committed step, in the engine's order; True when the run must end."""
         s, st = self.s, self.st
-        rows, ctx_rows = self._rows[:n], self._ctx[:n]
-        if self.prefix_cache is not None and ctx_rows.any():
-            self.prefix_cache.on_computed(rows[ctx_rows], st.rid[rows[ctx_rows]], st)
+        rows = self._rows[:n]
         self._update_gate(it, spec, k, num_drafting, num_generation)
         if self.rules.k_timing == "next_step" and s.speculate:
             # vLLM picks K at the end of schedule() from this step's scheduled count (the 5-item
@@ -296,10 +291,12 @@ class Executor:
 
     def _spans(self) -> bool:
         """Whether draft-free steps may run in compiled spans: no drafter will ever draft again (none,
-        or a latched gate), nothing needs each step in Python, and the cost is the roofline's."""
+        or a latched gate), every step charges the same placeholders, nothing needs each step in
+        Python, and the cost is the roofline's."""
         gate = self.gate or self.legacy_gate
         off = not self.s.speculate or (gate is not None and gate.disabled)
-        return off and self._span_cost is not None and not self.record_batches and not self._hears_commits
+        return (off and span.span_charge(self) is not None and self._span_cost is not None
+                and not self.record_batches and not self._hears_commits)
 
     def _run_span(self, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
         """Run a compiled span from now (see ``specplan.simulator.span``), first committing ``resume``
@@ -351,12 +348,15 @@ class Executor:
             n = self._schedule(spec, k)
             rows, ctx_rows = self._rows[:n], self._ctx[:n]
             if spec and self.rules.k_timing == "same_step" and s.k_from == "scheduled":
-                k, spec = self._update_draft_len(n, k, spec)
+                # one-model path: K for this step from the scheduled batch (``update_draft_len``)
+                k = control.update_draft_len(s.draft_len_schedule, n, s.max_draft_len, s.schedule_lookup)
+                spec = k > 0
             self._last_scheduled = n
+            order = self._slots.order(st, rows, s.max_batch_size) if self._slots is not None else None
             if spec:
                 d = ScheduleDecision(rows, self._q_sched[:n], ctx_rows)
-                drafting, drafted, accepted, q = prepare_draft_tokens(self.oracle, st, d, st.rid, k, self.k_static,
-                                                                      self._verify_width, self.rules.budget == "draft")
+                drafting, drafted, accepted, q = prepare_draft_tokens(
+                    self.oracle, st, d, st.rid, k, self.k_static, self._verify_width, self.rules.budget == "draft", order)
                 drafted = drafted.astype(np.int64, copy=False)
                 accepted = accepted.astype(np.int64, copy=False)
             step_s = self._price(n, q, not spec)

@@ -153,7 +153,8 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
                            | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
         itl.seen(gaps)
     iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
-                  for k in ("batch_rows", "drafted", "accepted", "spec_on")}
+                  for k in ("batch_rows", "k", "drafted", "accepted", "verified_draft_tokens", "spec_on", "charged_tokens",
+                            "prefill_tokens", "verified_tokens", "num_queued", "num_active")}
     # The same summary keys, in the same order, as a single run (``run.simulate``).
     summary = metrics.summarize(view, req, iterations, itl.figures(), cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed

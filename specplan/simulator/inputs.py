@@ -40,6 +40,8 @@ class EngineSettings:
     path: str = TRT_DRAFTER  # the engine path whose rules apply (specplan.simulator.paths)
     max_model_len: Optional[int] = None  # vLLM: bounds drafts; the n-gram drafter's batch skip
     piecewise_graph_slowdown: float = 0.0  # vLLM dynamic SD: piecewise CUDA graphs slow each step
+    context_chunking_policy: str = "FIRST_COME_FIRST_SERVED"  # TensorRT-LLM: | EQUAL_PROGRESS
+    kv_cache_scheduler: str = "v1"  # TensorRT-LLM: v1 (MicroBatchScheduler + V1 KV manager) | v2 (KVCacheV2Scheduler)
 
 
 @dataclass

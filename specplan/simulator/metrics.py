@@ -24,6 +24,7 @@ from numba import njit
 
 from specplan import memory
 from specplan.simulator.emissions import ITERATION_FIELDS, Trace
+from specplan.simulator.k_bands import k_shares
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -312,12 +313,14 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
     ran = len(batch_rows)
     drafted = int(np.asarray(iterations["drafted"]).sum()) if ran else 0
     accepted = int(np.asarray(iterations["accepted"]).sum()) if ran else 0
+    verified = int(np.asarray(iterations["verified_draft_tokens"]).sum()) if ran else 0
     meets = done.copy()
     if slo_ttft_s is not None:
         meets &= ttft <= slo_ttft_s
     if slo_tpot_s is not None:
         meets &= np.where(np.isnan(tpot), 0.0, tpot) <= slo_tpot_s
     survival = hist[::-1].cumsum()[::-1][1:]  # drafts that accepted >= i, i = 1..K
+    over = overcharge(iterations) if ran else {}
     return {
         "completed_requests": int(done.sum()),
         "output_tokens": out_tokens,
@@ -330,10 +333,13 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
         "acceptance_rate": (accepted / drafted) if drafted else None,
         "per_position_acceptance": (survival / drafts).tolist() if drafts else [],
         "accepted_histogram": np.trim_zeros(hist, "b").tolist(),  # [i] = drafts that accepted i tokens
-        "drafted_tokens": drafted,
+        "drafted_tokens": drafted,  # the drafters' proposals, before any padding
+        "verified_draft_tokens": verified,  # draft positions the forwards verified, CUDA-graph padding included
+        "draft_padding_tokens": verified - drafted,
         "accepted_tokens": accepted,
         "iterations": ran,
         "spec_iterations": int(np.asarray(iterations["spec_on"]).sum()) if ran else 0,
+        "k_shares": k_shares(iterations["k"], iterations["spec_on"]) if ran else {},
         "gate_tripped_iteration": trace.gate_tripped_iteration,
         "gate_tripped_s": trace.gate_tripped_time,
         "preemptions": trace.preemptions,
@@ -342,4 +348,19 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
         "tpot_s": _pcts(tpot),
         "itl_s": itl if isinstance(itl, dict) else _pcts(itl, in_place=True),
         "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
+        **over,
     }
+
+
+def overcharge(iterations: Mapping) -> dict:
+    """Token budget the scheduler charged beyond what the forward computed (placeholder draft tokens:
+    ``charged_tokens - prefill_tokens - verified_tokens`` per iteration, where positive), in all, in
+    iterations that did not speculate (after the gate latched, or while ``max_concurrency`` held it
+    off: TensorRT-LLM still charges ``1 + K`` a row), and in iterations where requests waited (queued,
+    or active and left out of the step: budget their prefill could have used under load)."""
+    col = lambda name: np.asarray(iterations[name], dtype=np.int64)  # noqa: E731
+    over = np.maximum(col("charged_tokens") - col("prefill_tokens") - col("verified_tokens"), 0)
+    off = ~np.asarray(iterations["spec_on"], dtype=bool)
+    return {"charged_tokens": int(col("charged_tokens").sum()), "overcharged_tokens": int(over.sum()),
+            "overcharged_tokens_spec_off": int(over[off].sum()),
+            "overcharged_tokens_queued": int(over[(col("num_queued") > 0) | (col("num_active") > col("batch_rows"))].sum())}

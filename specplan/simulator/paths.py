@@ -11,7 +11,7 @@ rule (docs/semantics.md has one table per path, rule by rule, with the engine fi
 - ``trtllm-one-model``: SA, MTP, Eagle3 inside the target forward. No drafter object, so no
   pre-schedule gate: every generation row is budgeted ``1 + K_static``; K for the step is
   ``update_draft_len`` on the scheduled batch (``utils.get_draft_len_for_batch_size``,
-  ``bisect_left``, keys are upper bounds); the gate counts K per generation row.
+  ``bisect_left``, keys are upper bounds); the gate counts the K_static stamp per generation row.
 - ``vllm``: V1 scheduler. Drafts are proposed after a step and known before the next one is
   scheduled, so a decode row costs ``1 + its draft``; K comes from this step's scheduled count and
   applies to the next step's drafts.
@@ -40,17 +40,48 @@ class PathRules:
     budget: str  # placeholder (1 + K) | static (1 + K_static) | draft (1 + the proposed draft)
     batch_gate: bool  # Drafter.should_use_spec_decode decides on/off before scheduling
     stamps_disable: bool  # py_disable_speculative_decoding on requests scheduled while off
-    gate_denominator: str  # drafted | padded | runtime
+    gate_denominator: str  # drafted | padded | static | runtime
+    # Draft positions a generation row verifies: static (1 + K_static, ``pad_draft_tokens_for_cuda_graph``
+    # pads even an empty draft), runtime (1 + K: the one-model forward writes K draft slots), draft
+    # (1 + its own draft: vLLM verifies only what was proposed; a row with no proposal computes 1).
+    verify_width: str
 
 
 PATHS = {
     TRT_DRAFTER: PathRules(TRT_DRAFTER, "lower_bound", "active", "before_schedule", "placeholder",
-                           batch_gate=True, stamps_disable=True, gate_denominator="drafted"),
+                           batch_gate=True, stamps_disable=True, gate_denominator="drafted", verify_width="static"),
     TRT_ONE_MODEL: PathRules(TRT_ONE_MODEL, "upper_bound", "scheduled", "same_step", "static",
-                             batch_gate=False, stamps_disable=False, gate_denominator="runtime"),
+                             batch_gate=False, stamps_disable=False, gate_denominator="static", verify_width="runtime"),
     VLLM: PathRules(VLLM, "vllm", "scheduled", "next_step", "draft",
-                    batch_gate=False, stamps_disable=False, gate_denominator="drafted"),
+                    batch_gate=False, stamps_disable=False, gate_denominator="drafted", verify_width="draft"),
 }
+
+
+#: The rules that changed between engine releases, in one table: engine -> ``engine.version`` -> the
+#: rules that differ from ``latest`` (the code read for this page). docs/semantics.md lists each with
+#: the engine code it was read from.
+#: - ``dynamic_draft_len``: the one-model drafters in ``SpeculativeDecodingMode.support_dynamic_draft_len``,
+#:   whose drafts ``update_draft_len`` re-sizes from a ``draft_len_schedule`` (and for which
+#:   ``max_concurrency`` is translated into one); for the others K stays ``max_draft_len``.
+VERSIONS = {
+    "trtllm": {"latest": {"dynamic_draft_len": ONE_MODEL_DRAFTERS}, "1.2": {"dynamic_draft_len": ("Eagle3",)}},
+    "vllm": {"latest": {}, "0.32": {}},
+}
+
+
+def version_rules(engine: str, version: str) -> dict:
+    """The rules of ``engine`` at release ``version`` (``VERSIONS``); an unknown release is refused."""
+    from specplan.errors import ConfigError
+
+    if version not in VERSIONS[engine]:
+        raise ConfigError(f"engine.version: {engine} {version!r} is not modelled; use one of "
+                          f"{', '.join(repr(v) for v in VERSIONS[engine])}")
+    return {**VERSIONS[engine]["latest"], **VERSIONS[engine][version]}
+
+
+def dynamic_draft_len(engine: str, version: str, decoding_type: str) -> bool:
+    """Whether a one-model drafter's K follows a ``draft_len_schedule`` at this release."""
+    return decoding_type in version_rules(engine, version).get("dynamic_draft_len", ())
 
 
 def path_for(engine: str, decoding_type: str) -> PathRules:

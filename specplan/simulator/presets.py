@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from specplan.config import EngineConfig, SpeculationConfig
 from specplan.errors import ConfigError
-from specplan.simulator.paths import TRT_ONE_MODEL, path_for
+from specplan.simulator.paths import TRT_ONE_MODEL, dynamic_draft_len, path_for
 
 # Drafters each engine ships ("pld" is the reference / HF-transformers prompt lookup, in both).
 ENGINE_DRAFTERS = {
@@ -96,7 +96,12 @@ def resolve_speculation(engine: EngineConfig, spec: SpeculationConfig) -> Specul
     elif engine.max_model_len is not None:
         raise ConfigError("engine.max_model_len: a vLLM setting; TensorRT-LLM's max_seq_len is each request's own length here")
     path = path_for(name, update.get("decoding_type", spec.decoding_type))
-    if path.name == TRT_ONE_MODEL and spec.max_concurrency is not None:
+    dynamic = dynamic_draft_len(name, engine.version, update.get("decoding_type", spec.decoding_type))
+    if path.name == TRT_ONE_MODEL and not dynamic:
+        # Outside support_dynamic_draft_len at this release: no schedule re-sizes the drafts (K stays
+        # max_draft_len) and max_concurrency, with no drafter object to read it, changes nothing.
+        update["draft_len_schedule"] = update["max_concurrency"] = None
+    elif path.name == TRT_ONE_MODEL and spec.max_concurrency is not None:
         # No drafter object, so no should_use_spec_decode: DecodingBaseConfig translates max_concurrency
         # into the schedule {max_concurrency: max_draft_len} (K = 0 above it, on the scheduled batch).
         update["draft_len_schedule"] = {spec.max_concurrency: spec.max_draft_len}

@@ -18,15 +18,11 @@ from specplan.simulator import metrics
 from specplan.simulator.engine import Executor
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.paths import VLLM, path_for
-from specplan.simulator.prefix_cache import PrefixCache
+from specplan.simulator.prefix_cache import AFTER_STEP, SAME_STEP, PrefixCache
 from specplan.simulator.presets import resolve_speculation
+from specplan.workloads.synthetic import is_synthetic
 from specplan.acceptance import build_oracle
 from specplan.acceptance.factory import reads_tokens as oracle_reads_tokens
-
-# Verify width per drafter: the NGram path pads every generation row to 1 + max_draft_len
-# (pad_draft_tokens_for_cuda_graph); one-model SA verifies the runtime K; vLLM drafts are unpadded.
-DEFAULT_VERIFY_WIDTH = {"NGram": "static", "SA": "runtime", "vllm_ngram": "draft", "suffix": "draft", "pld": "draft",
-                        "MTP": "runtime", "Eagle3": "runtime"}
 
 # vLLM runs dynamic SD with piecewise instead of full CUDA graphs: about 14% slower single-stream
 # decoding (vllm-project/vllm#49548), applied as a step-time factor 1 / (1 - 0.14).
@@ -126,7 +122,7 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         schedule_lookup=sp.schedule_lookup or ("upper_bound" if rules.name == VLLM else rules.schedule_lookup),
         k_from=sp.k_from or rules.k_from,
         max_concurrency=sp.max_concurrency,
-        verify_width=sp.verify_width or DEFAULT_VERIFY_WIDTH.get(sp.decoding_type, "draft"),
+        verify_width=sp.verify_width or rules.verify_width,  # the path's: a drafter-path row with no proposal is padded
         gate_window=sp.acceptance_rate_window_size,
         gate_threshold=sp.acceptance_rate_threshold,
         gate_denominator=sp.gate_denominator or rules.gate_denominator,
@@ -137,6 +133,8 @@ def resolve_engine(cfg: SimConfig, kv_num_blocks: int) -> EngineSettings:
         path=rules.name,
         max_model_len=e.max_model_len,
         piecewise_graph_slowdown=slowdown,
+        kv_cache_scheduler=e.kv_cache_scheduler,
+        context_chunking_policy=e.context_chunking_policy,
     )
 
 
@@ -164,13 +162,12 @@ def build_cost(cfg: SimConfig):
 
 def kv_num_blocks(cfg: SimConfig) -> int:
     """``engine.kv_num_blocks``, else what the GPU holds after the model's weights."""
-    from specplan.cost_models.capacity import kv_cache_blocks
+    from specplan.cost_models.capacity import kv_cache_blocks_for
 
     e, c = cfg.engine, cfg.cost
     if e.kv_num_blocks is not None:
         return e.kv_num_blocks
-    return kv_cache_blocks(c.gpu, c.model_name, c.tp, e.kv_block_size, e.kv_budget_gb,
-                           bytes_per_elem=1.0 if c.dtype == "fp8" else 2.0)
+    return kv_cache_blocks_for(c, e.kv_block_size, e.kv_budget_gb, max_seqs=e.max_batch_size)
 
 
 def resolve(cfg: SimConfig) -> SimConfig:
@@ -179,14 +176,23 @@ def resolve(cfg: SimConfig) -> SimConfig:
 
 
 def prefix_caching(cfg: SimConfig) -> bool:
-    """Whether the engine caches prefixes (``engine.enable_prefix_caching``)."""
+    """Whether the engine caches prefixes (``engine.enable_prefix_caching``). Unset, the engine's default:
+    on in both (vLLM V1's automatic prefix caching; TensorRT-LLM's ``kv_cache_config.enable_block_reuse``)
+    except for TensorRT-LLM under synthetic traffic, whose requests' prompts start with fresh uniform
+    tokens and share no block (the chance is below 1e-60 a block), so the cache would find nothing and
+    only cost the token draws (``reads_tokens``)."""
     caching = cfg.engine.enable_prefix_caching
-    return cfg.engine.engine == "vllm" if caching is None else caching  # vLLM V1 enables it by default
+    if caching is not None:
+        return caching
+    return cfg.engine.engine == "vllm" or not is_synthetic(cfg.workload.trace)
 
 
 def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
-    """Automatic prefix caching when the engine has it on."""
-    return PrefixCache(requests, cfg.engine.kv_block_size) if prefix_caching(cfg) else None
+    """Prefix caching when the engine has it on, with the engine's rule: vLLM caches blocks as they
+    are allocated (same step), TensorRT-LLM's block reuse once computed (from the next step)."""
+    if not prefix_caching(cfg):
+        return None
+    return PrefixCache(requests, cfg.engine.kv_block_size, SAME_STEP if cfg.engine.engine == "vllm" else AFTER_STEP)
 
 
 def reads_tokens(cfg: SimConfig) -> bool:

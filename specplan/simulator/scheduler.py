@@ -17,8 +17,10 @@ import numpy as np
 from numba import njit
 
 from specplan.errors import ConfigError
-from specplan.simulator.control import prepare_draft_requests
+from specplan.simulator.control import DRAFT_BUDGET, prepare_draft_requests
 from specplan.simulator.kv import blocks_for
+from specplan.simulator.paths import VLLM
+from specplan.simulator.prefix_cache import AFTER_STEP, OFF, SAME_STEP, lookup, register
 from specplan.simulator.state import KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL
 
 GUARANTEED_NO_EVICT, MAX_UTILIZATION = 0, 1
@@ -36,13 +38,14 @@ class ScheduleDecision:
 
 
 @njit(cache=True)
-def admit_guaranteed(rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static):
-    """``GUARANTEED_NO_EVICT``: a request starts only when KV for its whole output (and drafts) can be
-    reserved; the first one that cannot be stops the pass. Returns how many leading rows run."""
+def admit_guaranteed(rows, n, plen, olen, started, reserved, counters, num_blocks, block_size):
+    """``GUARANTEED_NO_EVICT``: a request starts only when KV for prompt + max new tokens can be
+    reserved (``getRemainingBlocksToCompletion``: no draft tokens in it); the first one that cannot
+    be stops the pass. Returns how many leading rows run."""
     for i in range(n):
         r = rows[i]
         if not started[r]:
-            need = blocks_for(plen[r] + olen[r] + k_static, block_size)
+            need = blocks_for(plen[r] + olen[r], block_size)
             if counters[RESERVED_TOTAL] + need > num_blocks:
                 return i
             reserved[r] = need
@@ -119,37 +122,124 @@ def admit_max_utilization(rows, q, ctx, width, keep, n, act, plen, generated, co
 
 
 @njit(cache=True)
+def chunk_contexts(remaining, m, capacity, max_context_length, unit, equal_progress, out):
+    """TensorRT-LLM's chunk sizes for the ``m`` contexts that do not all fit in ``capacity`` tokens
+    (``PyMicroBatchScheduler._set_ctx_requests_chunk_size``; ``unit`` is ``chunk_unit_size``, the KV
+    block size; ``max_context_length`` is ``max_num_tokens``). ``FIRST_COME_FIRST_SERVED``
+    (``_chunk_fcfs``): in order, each takes what it needs of the capacity left, rounded down to the
+    unit when truncated. ``EQUAL_PROGRESS`` (``_chunk_equal_progress``): rounds of one unit per
+    context (capped at what it needs) while an increment fits."""
+    for i in range(m):
+        out[i] = 0
+    if not equal_progress:
+        left = capacity
+        for i in range(m):
+            size = min(remaining[i], left, max_context_length)
+            if size < remaining[i]:
+                size = size // unit * unit
+            out[i] = size
+            left -= size
+        return
+    total = 0
+    grew = 1
+    while total < capacity and grew > 0:
+        grew = 0
+        for i in range(m):
+            inc = min(out[i] + unit, remaining[i]) - out[i]
+            if total + inc > capacity:
+                continue
+            out[i] += inc
+            total += inc
+            grew += inc
+
+
+@njit(cache=True)
 def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held, disabled,
-                  pending, spec, stamp, k, k_static, budget_rule, verify_width, policy, max_num_tokens,
-                  max_batch_size, chunked, num_blocks, block_size, out_rows, out_q, out_ctx, out_width):
+                  pending, spec, stamp, k, k_static, k_charge, budget_rule, verify_width, policy, max_num_tokens,
+                  max_batch_size, chunked, num_blocks, block_size, out_rows, out_q, out_ctx, out_width, rid, pc_mode,
+                  pc_off, pc_ids, pc_cached, pc_hits, pc_done, equal_progress):
     """Schedule the active requests (``act[:counters[N_ACTIVE]]``, admission order) into ``out_*``;
-    returns the number of rows. ``out_q`` is each row's charge: its prefill chunk, or 1 + placeholders.
+    returns the number of rows. ``out_q`` is each row's charge (its prefill chunk, or its path's
+    ``prepare_draft_requests`` charge with ``k_charge`` placeholders) and ``out_width`` its KV growth.
     With ``stamp`` (the drafter path, speculation off this step) the scheduled requests are stamped
-    ``py_disable_speculative_decoding`` (``disabled``)."""
+    ``py_disable_speculative_decoding`` (``disabled``).
+
+    TensorRT-LLM with chunked prefill (``PyMicroBatchScheduler.schedule``): a context does not stop
+    the pass; it is set aside (it counts toward ``max_batch_size``), the generation rows behind it
+    are charged first, and the contexts share what the budget has left (``chunk_contexts``), after
+    the generation rows in the pass's order (KV admission, the engine's capacity scheduler, goes in
+    that order). A generation row that does not fit ends the pass (``break``).
+
+    A vLLM decode row (``budget_rule`` draft) that does not fit gets the tokens left and its draft is
+    cut to them (``Scheduler.schedule``: ``num_new_tokens = min(num_new_tokens, token_budget)``); the
+    pass ends when no budget is left; a context that does not fit gets the rest as its chunk.
+
+    Prefix caching (``pc_mode``, ``specplan.simulator.prefix_cache``): a request reached with nothing
+    computed looks its cached blocks up first; under ``SAME_STEP`` (vLLM) the blocks a context row
+    will have computed are cached as it is scheduled, under ``AFTER_STEP`` (TensorRT-LLM) the blocks
+    computed by earlier steps are cached before the pass."""
     n_act = counters[N_ACTIVE]
+    if pc_mode == AFTER_STEP:
+        for i in range(n_act):
+            r = act[i]
+            register(r, rid[r], min(computed[r], ctx_target[r]), block_size, pc_off, pc_ids, pc_cached, pc_done)
+    defer_ctx = chunked and budget_rule != DRAFT_BUDGET  # TensorRT-LLM: contexts chunked after the pass
+    deferred = np.empty(min(n_act, max_batch_size), dtype=np.int64)
+    need = np.empty(min(n_act, max_batch_size), dtype=np.int64)
+    n_def = 0
     cum = 0
     n = 0
-    partial = 0
-    while n < n_act and n < max_batch_size:
-        r = act[n]
+    i = 0
+    while i < n_act and i < max_batch_size:
+        r = act[i]
+        i += 1
+        if pc_mode != OFF and computed[r] == 0 and not started[r] and cum < max_num_tokens:
+            hit = lookup(rid[r], ctx_target[r], block_size, pc_off, pc_ids, pc_cached)
+            computed[r] = hit
+            pc_hits[0] += hit
         is_ctx = computed[r] < ctx_target[r]
+        if is_ctx and defer_ctx:
+            deferred[n_def] = r
+            need[n_def] = ctx_target[r] - computed[r]
+            n_def += 1
+            continue
         if is_ctx:
             cost = ctx_target[r] - computed[r]
-            width = 1
+            if pc_mode == SAME_STEP:
+                register(r, rid[r], computed[r] + min(cost, max_num_tokens - cum), block_size, pc_off, pc_ids,
+                         pc_cached, pc_done)
+            width = cost
         else:
-            cost, width = prepare_draft_requests(spec, budget_rule, verify_width, k, k_static, disabled[r], pending[r])
+            cost, width = prepare_draft_requests(spec, budget_rule, verify_width, k, k_static, k_charge, disabled[r],
+                                                 pending[r])
         if cum + cost > max_num_tokens:
-            if chunked and is_ctx:
-                partial = max_num_tokens - cum
+            left = max_num_tokens - cum
+            if chunked and is_ctx and left > 0:
+                out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, left, True, left
+                n += 1
+            elif budget_rule == DRAFT_BUDGET and left > 0:
+                out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, left, False, left
+                n += 1
             break
         cum += cost
         out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, cost, is_ctx, width
         n += 1
-    if partial > 0:
-        out_rows[n], out_q[n], out_ctx[n], out_width[n] = act[n], partial, True, 1
-        n += 1
+    if n_def:
+        sizes = need.copy()
+        total = 0
+        fit = True
+        for j in range(n_def):
+            total += min(need[j], max_num_tokens)  # a context longer than max_context_length is chunked
+            fit = fit and need[j] <= max_num_tokens
+        if not fit or total > max_num_tokens - cum:
+            chunk_contexts(need, n_def, max_num_tokens - cum, max_num_tokens, block_size, equal_progress, sizes)
+        for j in range(n_def):
+            if sizes[j] > 0:
+                r = deferred[j]
+                out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, sizes[j], True, sizes[j]
+                n += 1
     if policy == GUARANTEED_NO_EVICT:
-        m = admit_guaranteed(out_rows, n, plen, olen, started, reserved, counters, num_blocks, block_size, k_static)
+        m = admit_guaranteed(out_rows, n, plen, olen, started, reserved, counters, num_blocks, block_size)
     else:
         keep = np.empty(n, dtype=np.bool_)
         admit_max_utilization(out_rows, out_q, out_ctx, out_width, keep, n, act, plen, generated, computed,
@@ -175,6 +265,11 @@ def check_fits(s, plen: np.ndarray, olen: np.ndarray, kv, k_static: int) -> None
             f"engine.max_num_tokens: request {worst} has a {int(plen[worst])}-token prompt, over "
             f"max_num_tokens {s.max_num_tokens}; set engine.enable_chunked_prefill: true or raise it"
         )
+    if (s.chunked_prefill and s.path != VLLM and n and int(plen.max()) > s.max_num_tokens
+            and s.max_num_tokens < s.kv_block_size):
+        raise ConfigError(
+            f"engine.max_num_tokens: {s.max_num_tokens} is below one KV block ({s.kv_block_size} tokens), the "
+            "chunk unit of TensorRT-LLM's chunked prefill, so a longer prompt never gets a chunk; raise it")
     if s.max_model_len is not None and n and int((plen + olen).max()) > s.max_model_len:
         worst = int((plen + olen).argmax())
         raise ConfigError(f"engine.max_model_len: request {worst} holds {int(plen[worst] + olen[worst])} "

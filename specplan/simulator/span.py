@@ -8,8 +8,8 @@ at a time, and returns to SimPy when
 
 - the next iteration would end at or after the next queued event (``PENDING``: it comes back
   scheduled and priced, and the executor yields its timeout as usual);
-- a step completed a request, ran a prefill chunk under prefix caching, or reached
-  ``max_sim_time`` (``COMMITTED``: the executor does the Python side of that step);
+- a step completed a request (the prefix cache caches its blocks) or reached ``max_sim_time``
+  (``COMMITTED``: the executor does the Python side of that step);
 - a resumed pending step was committed and requests that arrived during it have room
   (``COMMITTED`` as well: they are admitted in Python);
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
@@ -26,6 +26,7 @@ SimPy would have computed, step by step, so results are identical to running eve
 from __future__ import annotations
 
 import operator
+from typing import Optional
 
 from numba import njit
 from numba.core import cgutils, types
@@ -34,10 +35,12 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from specplan.cost_models.roofline import roofline_step_time
+from specplan.simulator.control import V1_BUDGET, placeholder_charge
 from specplan.errors import ConfigError
+from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
 from specplan.simulator.state import N_ACTIVE
-from specplan.simulator.step import EMITTED, FINISHED, commit_step, price_step
+from specplan.simulator.step import EMITTED, FINISHED, KV_GROWN, commit_step, price_step
 
 PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
 
@@ -47,11 +50,12 @@ PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
 #: which are mostly one step, spend on the step itself.
 SPAN_FIELDS = (
     "act", "counters", "plen", "olen", "computed", "ctx_target", "generated", "started", "reserved", "held",
-    "disabled", "pending", "emits", "first_token", "finish", "k_static", "budget_rule", "verify_width", "policy",
-    "max_num_tokens", "max_batch_size", "chunked", "num_blocks", "block_size", "stamp", "coefficients", "slowdown",
-    "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
+    "disabled", "pending", "emits", "first_token", "finish", "k_static", "k_charge", "budget_rule", "verify_width",
+    "policy", "max_num_tokens", "max_batch_size", "chunked", "num_blocks", "block_size", "stamp", "coefficients",
+    "slowdown", "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
     "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
-    "stop_on_prefill", "max_active", "out", "out_time",
+    "max_active", "out", "out_time", "rid", "pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits", "pc_done",
+    "equal_progress",
 )
 
 
@@ -107,6 +111,7 @@ def state_of(ex) -> SpanState:
         "ctx_target": st.ctx_target, "generated": st.generated, "started": st.started, "reserved": st.reserved,
         "held": ex.kv.held, "disabled": st.disable_spec, "pending": st.pending_drafted, "emits": st.emits,
         "first_token": st.first_token, "finish": st.finish, "k_static": int(ex.k_static),
+        "k_charge": int(span_charge(ex)),
         "budget_rule": int(ex._budget), "verify_width": int(ex._verify_width), "policy": int(ex._policy),
         "max_num_tokens": int(s.max_num_tokens), "max_batch_size": int(s.max_batch_size),
         "chunked": bool(s.chunked_prefill), "num_blocks": int(ex.kv.num_blocks), "block_size": int(ex.kv.block_size),
@@ -115,12 +120,23 @@ def state_of(ex) -> SpanState:
         "resident": ex._resident, "terms": ex._terms, "no_drafting": ex._no_drafting, "none": ex._none,
         "accepted_hist": ex.trace.accepted_hist, "em_request": log.request, "em_time": log.time,
         "em_tokens": log.tokens, "iteration_log": its.rows, "record": ex._record, "finished": ex._finished,
-        "stats": ex._stats, "max_sim_time": float(ex._max_time), "stop_on_prefill": ex.prefix_cache is not None,
+        "stats": ex._stats, "max_sim_time": float(ex._max_time),
         "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
+        "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
+        **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
     values = [fields[name] for name in SPAN_FIELDS]  # by name: a field cannot land in another's place
     ex._lent = values  # the state borrows the arrays: they live as long as it, until the next state_of
     return span_state(*values)
+
+
+def span_charge(ex) -> Optional[int]:
+    """The placeholders an executor's draft-free step charges (``control.placeholder_charge`` with
+    speculation off) when the same every step, else None: on the drafter path a schedule keeps
+    resolving K on the active count after the gate latched, and the V1 scheduler charges it."""
+    if ex.s.draft_len_schedule is not None and ex.rules.budget == "placeholder" and ex._budget == V1_BUDGET:
+        return None
+    return placeholder_charge(ex.rules.budget, ex.s.speculate, ex.k_static, 0, False, lambda: ex._lookup(0))
 
 
 def state_for(ex) -> SpanState:
@@ -173,14 +189,15 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     em_request, em_time, em_tokens, iteration_log = a.em_request, a.em_time, a.em_tokens, a.iteration_log
     record, finished, stats, coefficients = a.record, a.finished, a.stats, a.coefficients
     k_static, budget_rule, verify_width, policy, stamp = a.k_static, a.budget_rule, a.verify_width, a.policy, a.stamp
+    k_charge = a.k_charge
     max_num_tokens, max_batch_size, chunked, num_blocks, block_size = (a.max_num_tokens, a.max_batch_size, a.chunked,
                                                                        a.num_blocks, a.block_size)
     t = now
     n, start, step = resume_n, resume_start, resume_step  # the step that ends at t, if any
     while True:
         if n:
-            record[0], record[1], record[2], record[3], record[4], record[5], record[6] = (
-                it, start, step, counters[N_ACTIVE], num_queued, 0, 0)
+            record[0], record[1], record[2], record[3], record[4], record[5], record[6], record[7] = (
+                it, start, step, counters[N_ACTIVE], num_queued, 0, 0, terms[KV_GROWN])
             ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, hist, t, plen, olen, computed,
                              ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
                              num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
@@ -190,7 +207,7 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             if not ok:
                 status = KV_BROKEN
                 break
-            if (_stops(ctx, n, stats, a.stop_on_prefill, t, a.max_sim_time)
+            if (_stops(stats, t, a.max_sim_time)
                     or (num_queued and counters[N_ACTIVE] < a.max_active)):
                 status = COMMITTED
                 break
@@ -198,12 +215,13 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             status = FULL
             break
         n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
-                          disabled, pending, False, stamp, 0, k_static, budget_rule, verify_width, policy,
-                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width)
+                          disabled, pending, False, stamp, 0, k_static, k_charge, budget_rule, verify_width, policy,
+                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width,
+                          a.rid, a.pc_mode, a.pc_off, a.pc_ids, a.pc_cached, a.pc_hits, a.pc_done, a.equal_progress)
         if n == 0:
             status = NOTHING_FITS
             break
-        if not price_step(rows, q_sched, q, ctx, n, True, plen, generated, computed, held, counters, num_blocks,
+        if not price_step(rows, q_sched, q, ctx, width, n, True, plen, generated, computed, held, counters, num_blocks,
                           block_size, resident, terms):
             status = KV_BROKEN
             break
@@ -224,10 +242,6 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
 
 
 @njit(cache=True)
-def _stops(ctx, n, stats, stop_on_prefill, t, max_sim_time):
-    # A committed step after which Python has work: a completion, a prefill chunk under prefix
-    # caching (the cache records computed blocks), or the end of simulated time.
-    prefilled = False
-    for i in range(n):
-        prefilled = prefilled or ctx[i]
-    return stats[FINISHED] > 0 or (stop_on_prefill and prefilled) or t >= max_sim_time
+def _stops(stats, t, max_sim_time):
+    # A committed step after which Python has work: a completion or the end of simulated time.
+    return stats[FINISHED] > 0 or t >= max_sim_time

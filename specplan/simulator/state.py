@@ -26,6 +26,8 @@ _FIELDS = {
     "act": (np.int64, 0),  # the active slots, admission order, in act[:counters[N_ACTIVE]]
     "rid": (np.int64, 0),  # the request in each slot (its index in the workload)
     "kv_held": (np.int64, 0),  # KV blocks held (``KVBlockPool.held``)
+    "pc_done": (np.int64, 0),  # full blocks registered in the prefix cache (``prefix_cache.register``)
+    "seq_slot": (np.int64, -1),  # TensorRT-LLM's sequence slot (``SeqSlotManager``), -1 before the first schedule
 }
 
 

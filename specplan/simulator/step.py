@@ -21,9 +21,10 @@ from numba import njit
 from specplan.simulator.kv import blocks_for
 from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, RESERVED_TOTAL
 
-# price_step's out_terms: the BatchTerms fields, then the step's longest sequence (resident + query).
-NUM_TERMS = 11
-MAX_SEQ_LEN = 10
+# price_step's out_terms: the BatchTerms fields, then the step's longest sequence (resident + query)
+# and the KV positions the step grew (its reservation beyond the resident context).
+NUM_TERMS = 12
+MAX_SEQ_LEN, KV_GROWN = 10, 11
 
 # commit_step's out_stats slots.
 EMITTED, COMMITTED, ACCEPTED, DRAFTED, VERIFIED, FINISHED, MAX_LEN = range(7)
@@ -31,22 +32,26 @@ NUM_STATS = 7
 
 
 @njit(cache=True)
-def price_step(rows, q_sched, q, ctx, n, no_drafts, plen, generated, computed, held, counters, num_blocks,
+def price_step(rows, q_sched, q, ctx, width, n, no_drafts, plen, generated, computed, held, counters, num_blocks,
                block_size, out_resident, out_terms):
-    """Resident KV per row, KV grown to ``resident + q``, and the step's ``BatchTerms`` into ``out_terms``.
+    """Resident KV per row, KV grown to ``resident + max(q, width)`` (``width``: the row's KV growth
+    from ``prepare_draft_requests``, e.g. TensorRT-LLM's ``1 + K_static`` reserve), and the step's
+    ``BatchTerms`` into ``out_terms``.
 
     With ``no_drafts`` a generation row computes one token whatever its placeholders charged, and
     ``q`` is filled from ``q_sched``. Returns False when the KV accounting broke."""
     n_dec = kv_dec_c = qc_dec = qq_dec = 0
     n_pre = kv_pre_c = qc_pre = qq_pre = pre_rows = 0
-    max_ctx = max_seq = ctx_sum = verify_rows = 0
+    max_ctx = max_seq = ctx_sum = verify_rows = grown = 0
     for i in range(n):
         r = rows[i]
         if no_drafts:
             q[i] = q_sched[i] if ctx[i] else 1
         c = computed[r] if ctx[i] else plen[r] + generated[r] - 1
         out_resident[i] = c
-        new = blocks_for(c + q[i], block_size)
+        grow = max(q[i], width[i])
+        grown += grow
+        new = blocks_for(c + grow, block_size)
         counters[KV_USED] += new - held[r]
         held[r] = new
         max_ctx = max(max_ctx, c)
@@ -76,6 +81,7 @@ def price_step(rows, q_sched, q, ctx, n, no_drafts, plen, generated, computed, h
     out_terms[8] = ctx_sum
     out_terms[9] = verify_rows
     out_terms[MAX_SEQ_LEN] = max_seq
+    out_terms[KV_GROWN] = grown
     used = counters[KV_USED]
     return 0 <= used <= num_blocks
 
@@ -102,7 +108,8 @@ def commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, accepted_
     output length (written to ``out_finished``). Returns False when the KV accounting broke.
 
     ``drafted`` and ``accepted`` hold one entry per drafting row, in row order; ``record`` is the
-    iteration record's first fields (iteration, start, step, num_active, num_queued), then k and spec_on.
+    iteration record's first fields (iteration, start, step, num_active, num_queued), then k, spec_on
+    and the KV positions the step grew (``price_step``'s ``KV_GROWN``).
     """
     emitted = np.empty(n, dtype=np.bool_)
     m = em_start
@@ -124,7 +131,7 @@ def commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, accepted_
             commit += accepted[j]
             acc_sum += accepted[j]
             drafted_sum += drafted[j]
-            verified += q[i] - 1
+            verified += q[i] - (q_sched[i] if ctx[i] else 1)  # draft positions, CUDA-graph padding included
             j += 1
         commit = min(commit, olen[r] - generated[r])
         generated[r] += commit
@@ -139,14 +146,16 @@ def commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, accepted_
         max_len = max(max_len, plen[r] + generated[r])
     rewind_kv_cache(rows, ctx, emitted, n, plen, generated, computed, held, counters, block_size)
     ok = 0 <= counters[KV_USED] <= num_blocks
-    total_q = 0
+    total_q = charged = 0
     for i in range(n):
         total_q += q[i]
+        charged += q_sched[i]
     rec = iteration_log[it_row]
     rec[0:5] = record[0:5]
     rec[5], rec[6], rec[7], rec[8] = n, n - n_ctx, prefill, record[5]
     rec[9], rec[10], rec[11], rec[12] = record[6], drafted_sum, acc_sum, total_q - prefill
     rec[13], rec[14], rec[15] = committed, prefill_done, counters[KV_USED]
+    rec[16], rec[17], rec[18] = charged, record[7], verified
     nf = 0
     for i in range(n):
         r = rows[i]

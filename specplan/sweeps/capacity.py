@@ -15,6 +15,7 @@ so an interrupted search resumes where it stopped.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -117,9 +118,10 @@ def check_scenario(base: SimConfig) -> None:
 
 
 def search_capacity(base: SimConfig, rates: Sequence[float], slo: SLO, candidates: dict[str, SpeculationConfig],
-                    runner: Runner, out_dir: str | Path, max_replicas: int = 16) -> pd.DataFrame:
+                    runner: Runner, out_dir: str | Path, max_replicas: int = 16, progress: bool = False) -> pd.DataFrame:
     """For every rate and config (speculation off first, then ``candidates`` by label), the fewest
-    replicas that meet ``slo``; one row each, with the GPUs and GPU-hours saved against no speculation."""
+    replicas that meet ``slo``; one row each, with the GPUs and GPU-hours saved against no speculation.
+    ``progress`` shows a bar per round (one point per open search) on stderr."""
     check_scenario(base)
     if max_replicas < 1:
         raise ConfigError("--max-replicas: must be >= 1")
@@ -127,12 +129,13 @@ def search_capacity(base: SimConfig, rates: Sequence[float], slo: SLO, candidate
     searches = [Search(float(r), label, max_replicas) for r in rates for label in configs]
     store = RecordStore(Path(out_dir) / "records")
     n_req = base.workload.num_requests
-    while True:
+    for round_no in itertools.count(1):
         todo = [(s, n) for s in searches if (n := s.next_point()) is not None]
         if not todo:
             break
         cfgs = [fleet_config(base, configs[s.label], s.rate, n) for s, n in todo]
-        records = execute(cfgs, runner, store)
+        records = execute(cfgs, runner, store, progress,
+                          f"capacity round {round_no}: {len(todo)} of {len(searches)} searches open")
         for (s, n), cfg in zip(todo, cfgs):
             s.record(n, slo.met_by(records[config_key(cfg)]["summary"], n_req))
     return capacity_table(searches, base.cost.tp)

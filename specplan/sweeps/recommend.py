@@ -25,7 +25,9 @@ The search, for a scenario (config) and SLOs:
    the goodput of no speculation, and ``acceptance_rate_threshold`` is the mean SpeculationGate
    sample measured there, counted as the path counts it (``gate_sample_mean``: accepted over the
    pre-padding draft length on the drafter path, over K per generation row on the one-model path). When speculation never
-   loses on that grid no gate is recommended.
+   loses on that grid no gate is recommended. The gated setting then runs on the workload itself: a
+   gate that trips there and costs goodput is dropped (the note says where it tripped and what it
+   cost); one that trips without costing goodput is kept and the trip reported.
 
 All runs go through a runner (local pool or Ray) into a record store, so an interrupted
 ``recommend`` resumes.
@@ -319,3 +321,17 @@ def _choose_gate(rec: Recommendation, cfg: SimConfig, scenarios, runner: Runner,
     runs = [_with(gated, workload=w) for _, w in scenarios]
     recs = execute(runs, runner, store, progress, "recommend: gated check")
     rec.gated_results = [recs[config_key(c)]["summary"] for c in runs]
+    tripped = [(label, r["gate_tripped_iteration"], r["iterations"])
+               for label, r in zip(rec.scenarios, rec.gated_results) if r["gate_tripped_iteration"] is not None]
+    if not tripped:
+        return
+    gated = sum(r["goodput_tok_s"] for r in rec.gated_results)
+    ungated = rec.goodput(rec.best.name)
+    where = "; ".join(f"at {label}, iteration {it} of {n}" for label, it, n in tripped)
+    trip = (f"the gate (window {rec.gate[0]}, threshold {rec.gate[1]:g}) trips on this workload ({where}): "
+            f"goodput {gated:.0f} tok/s gated against {ungated:.0f} ungated")
+    if gated < ungated:  # the workload's own acceptance sits below the i.i.d. break-even yet speculation pays
+        rec.gate, rec.gated_results = None, []
+        rec.gate_note = f"{trip}, so no gate is exported"
+    else:
+        rec.gate_note += f"; {trip}"

@@ -14,27 +14,28 @@ Records are written by the driver only, each as soon as its run returns (see ``r
 sweep killed at any point resumes where it stopped: :func:`execute` skips every key already on disk.
 A run that raises yields a :class:`RunFailure` (its key and the error in one line) instead of a
 record; the other runs go on, and a failed run has no record, so the next sweep retries it.
-The local pool uses forkserver processes, so a script that starts a sweep needs the usual
+The local pool uses forkserver processes (``sweeps.workers``: they import this package whatever the
+current folder, and exit with the sweep), so a script that starts a sweep needs the usual
 ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
-import select
-import threading
-import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
+from multiprocessing import forkserver
 from typing import Iterable, Iterator, Optional, Sequence
 
 from specplan.config import CostConfig, SimConfig, WorkloadConfig
-from specplan.errors import ConfigError, SpecplanError
+from specplan.errors import ConfigError, SpecplanError, one_line
 from specplan.sweeps.records import RecordStore, config_json, config_key, make_record
+from specplan.sweeps.workers import exit_with_sweep, this_package_first
 
 BACKENDS = ("local", "ray")
 
@@ -78,7 +79,7 @@ def _trace_key(workload: WorkloadConfig) -> str:
     configs differing in rate, sample size or seed share one parse."""
     from specplan.workloads.synthetic import is_synthetic
 
-    fields = ("trace", "format", "tokenizer", "categories")
+    fields = ("trace", "format", "format_options", "tokenizer", "categories")
     return "" if is_synthetic(workload.trace) else _canonical({f: getattr(workload, f) for f in fields})
 
 
@@ -138,10 +139,13 @@ def run_record(cfg_json: dict, **shared) -> dict:
             shared[name] = build(key_of(cfg))
     result = simulate(cfg, **shared)
     from specplan.simulator.cost_split import cost_terms
+    from specplan.sweeps.stability import stability
 
     record = make_record(cfg, result.summary, result.description)
     # beside the summary: what the report needs to say why a configuration loses, from this run's iterations
     record["cost_terms"] = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
+    record["k_shares"] = result.summary["k_shares"]
+    record["stability"] = stability(result.requests["arrival_s"], result.requests["finish_s"])
     return record
 
 
@@ -182,41 +186,6 @@ class Runner(ABC):
         self.close()
 
 
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _exit_with_sweep(sweep_pid: int) -> None:
-    """Pool-worker initializer: exit as soon as the sweep's process is gone, even after SIGKILL.
-
-    A killed sweep cannot shut its pool down, and forkserver workers would otherwise wait forever
-    for work (keeping the forkserver alive too). A daemon thread waits on a pidfd of the sweep's
-    process (Linux), or polls it once a second elsewhere.
-    """
-    try:
-        fd = os.pidfd_open(sweep_pid)
-    except (AttributeError, OSError):  # no pidfd_open here, or the sweep is already gone
-        fd = None
-        if not _process_exists(sweep_pid):
-            os._exit(1)
-
-    def watch() -> None:
-        if fd is not None:
-            select.select([fd], [], [])
-        else:
-            while _process_exists(sweep_pid):
-                time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="specplan-sweep-watch", daemon=True).start()
-
-
 class LocalRunner(Runner):
     """A process pool over ``workers`` cores (forkserver processes that exit with the sweep).
 
@@ -233,7 +202,9 @@ class LocalRunner(Runner):
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload([__name__, "specplan.simulator.run"])
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_exit_with_sweep,
+            with this_package_first():
+                forkserver.ensure_running()
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=exit_with_sweep,
                                              initargs=(os.getpid(),))
         return self._pool
 
@@ -287,10 +258,16 @@ class RayRunner(Runner):
         ray = self._ray
         if self._task is None:
             if not ray.is_initialized():
-                if self.address:
-                    ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+                where = {"address": self.address} if self.address else {"num_cpus": self.workers}
+                try:
+                    ray.init(**where, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+                except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, TimeoutError...
+                    why = f"{type(exc).__name__}: {one_line(exc)}"[:300]
+                    raise ConfigError(
+                        f"--address {self.address}: Ray did not connect ({why}); check the address and that the "
+                        "cluster is up (ray status), or drop --address" if self.address else
+                        f"--backend ray: a local Ray instance did not start ({why}); check that `ray start --head` "
+                        "works here (free memory and /tmp space), or use --backend local") from None
                 self._owns = True
             self._task = ray.remote(num_cpus=1)(run_record)
         return self._task

@@ -30,7 +30,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from specplan.config import SimConfig, build_config, read_yaml, set_dotted
+from specplan.config import SimConfig, build_config, read_yaml
+from specplan.config_overrides import set_dotted
 from specplan.errors import ConfigError
 
 SPEC_KEYS = ("base", "grid", "zip", "seeds", "baseline")

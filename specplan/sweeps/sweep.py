@@ -32,7 +32,8 @@ import yaml
 from specplan.errors import ConfigError, SpecplanError, one_line
 from specplan.atomic import atomic_write_text
 from specplan.sweeps.records import RecordStore, config_json, config_key
-from specplan.sweeps.runners import SHARED, RunFailure, Runner, execute, make_runner, run_record, unique_configs
+from specplan.sweeps.runners import (SHARED, RunFailure, Runner, execute, make_runner, run_record, this_package_first,
+                                     unique_configs)
 from specplan.sweeps.spec import InvalidPoint, Point, SweepSpec, expand, read_sweep
 from specplan.sweeps.table import baseline_of, results_table, write_table
 
@@ -40,6 +41,8 @@ SPEC_FILE = "sweep.yaml"
 RECORDS_DIR = "records"
 TABLE_FILE = "results.parquet"
 FAILURES_FILE = "failures.jsonl"
+#: What a sweep folder may hold (``report`` is the default folder of ``specplan report``).
+SWEEP_OUTPUTS = (SPEC_FILE, RECORDS_DIR, TABLE_FILE, FAILURES_FILE, "report")
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,18 @@ def runnable_plan(spec: SweepSpec, out_dir: str | Path) -> SweepPlan:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A dry run's time estimate: one sample run timed, scaled to every run by its output tokens."""
+    """A dry run's time estimate: start-up, plus one sample run timed and scaled to every run by its
+    output tokens."""
 
-    seconds: float  # wall seconds for the runs still to do, over the workers
-    sample_cpu_s: float
+    seconds: float  # wall seconds for the sweep: start-up plus the runs still to do, over the workers
+    sample_cpu_s: float  # the sample's second run (kernels loaded)
     sample_tokens: int
+    startup_s: float = 0.0  # the command's and its worker pool's start: imports and the kernels' load
+    first_run_extra_s: float = 0.0  # what this dry run's first run spent loading or compiling the kernels
+
+    @property
+    def runs_s(self) -> float:
+        return self.seconds - self.startup_s
 
 
 def output_tokens(cfg) -> int:
@@ -113,22 +123,48 @@ def output_tokens(cfg) -> int:
     return sum(r.output_len for r in build(key_of(cfg)))
 
 
+def startup_seconds(cfg) -> float:
+    """Wall seconds a fresh process takes to import specplan, load the compiled kernels and run
+    ``cfg`` (a worker's start; the command itself starts the same way before its pool does)."""
+    import subprocess
+    import sys
+
+    code = "import json, sys; from specplan.sweeps.runners import run_record; run_record(json.load(sys.stdin))"
+    start = time.perf_counter()
+    with this_package_first():
+        subprocess.run([sys.executable, "-c", code], input=json.dumps(config_json(cfg)), text=True,
+                       capture_output=True, check=False)
+    return time.perf_counter() - start
+
+
 def estimate_time(plan: SweepPlan, workers: int) -> Optional[Estimate]:
     """Time the smallest run still to do in this process and scale it to all of them (None: nothing
     to do, or no run succeeded). Simulation cost grows with the tokens generated, so each run counts
-    by its output tokens; a sample that fails (it will fail in the sweep too) hands over to the next."""
+    by its output tokens; a sample that fails (it will fail in the sweep too) hands over to the next.
+
+    The sample runs twice: the first loads (or, once after an install or a change, compiles) the
+    kernels, the second is the steady cost per token. Start-up counts twice, each a fresh process
+    (imports and the kernels' load, timed on the sample): the command's own and its worker pool's.
+    Compiling, if this dry run did it, is not counted: the kernels are cached for the sweep."""
     todo = plan.to_run
     tokens = [output_tokens(cfg) for cfg in todo]
     for i in sorted(range(len(todo)), key=tokens.__getitem__):
-        start = time.process_time()
         try:
-            run_record(config_json(todo[i]))
+            first = _cpu(run_record, config_json(todo[i]))
         except SpecplanError:
             continue
-        cpu = time.process_time() - start
+        cpu = _cpu(run_record, config_json(todo[i]))
         per_token = cpu / max(tokens[i], 1)
-        return Estimate(per_token * sum(tokens) / max(1, min(workers, len(todo))), cpu, tokens[i])
+        startup = 2 * max(startup_seconds(todo[i]) - cpu, 0.0)
+        runs = per_token * sum(tokens) / max(1, min(workers, len(todo)))
+        return Estimate(startup + runs, cpu, tokens[i], startup, max(first - cpu, 0.0))
     return None
+
+
+def _cpu(fn, *args) -> float:
+    start = time.process_time()
+    fn(*args)
+    return time.process_time() - start
 
 
 def _point_values(spec: SweepSpec, point: Point) -> dict:

@@ -2,7 +2,10 @@
 
 Columns, in order: ``key``, ``seed``, each swept field (dotted name; mappings and lists as compact
 JSON text), every summary metric (nested dicts flattened to ``tpot_s.p99``; the per-position
-acceptance and the accepted-token histogram stay list columns), then, when the sweep ran baselines,
+acceptance and the accepted-token histogram stay list columns), ``k_bands`` (the K each batch size
+gets on the run's engine path, ``specplan.simulator.k_bands``) and ``k_shares`` (the share of steps
+run at each K), ``queue_growth`` and ``unstable`` (whether the queue grows without bound,
+``specplan.sweeps.stability``), then, when the sweep ran baselines,
 ``baseline_key`` and the ratios against the same scenario without speculation:
 
 - ``speedup``: output throughput, speculative / baseline (what ``specplan simulate --baseline`` prints);
@@ -21,10 +24,13 @@ import pandas as pd
 
 from specplan.config import SimConfig, SpeculationConfig
 from specplan.atomic import atomic_write
+from specplan.simulator.k_bands import describe_bands, format_shares
+from specplan.simulator.run import resolve
 from specplan.sweeps.records import config_key
 from specplan.sweeps.spec import Point
 
 RATIO_COLUMNS = ("speedup", "tpot_speedup", "goodput_gain")
+STABILITY_COLUMNS = ("queue_growth", "unstable")  # specplan.sweeps.stability
 
 
 def baseline_of(cfg: SimConfig) -> SimConfig:
@@ -73,6 +79,9 @@ def results_table(points: Sequence[Point], axes: Sequence[str], records: dict[st
         row.update({a: cell(field_value(written, a)) for a in axes})
         summary = rec["summary"]
         row.update({k: v for k, v in flatten(summary).items() if k != "seed"})
+        row["k_bands"] = describe_bands(resolve(point.config))
+        row["k_shares"] = format_shares(rec["k_shares"]) if "k_shares" in rec else None
+        row.update({f: rec["stability"][f] if "stability" in rec else None for f in STABILITY_COLUMNS})
         if baselines:
             bkey = config_key(baseline_of(point.config))
             base = records[bkey]["summary"]

@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from specplan.config import NEURAL_DRAFTERS, SimConfig
+from specplan.config import SimConfig
+from specplan.config_rules import NEURAL_DRAFTERS
 from specplan.cost_models.models import ModelSpec, get_model
 from specplan.cost_models.profile import ProfileFile
 from specplan.cost_models.registry import load_profile, make_cost_model

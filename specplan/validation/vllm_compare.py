@@ -20,10 +20,20 @@ REQUEST_COLUMNS = ("steps", "drafted", "accepted")
 
 
 def engine_rows(run, prompt_lens: dict[str, int]) -> pd.DataFrame:
-    """One row per (step, request) of an ``EngineRun``, with ``decode``: its prompt was done before."""
+    """One row per (step, request) of an ``EngineRun``, with ``decode`` (its prompt was done before: the
+    request has committed a token, which its last prefill chunk samples; with prefix caching its
+    chunks add up to less than the prompt) and ``context``: the tokens in its KV cache when the step
+    starts (vLLM's ``num_computed_tokens``). A prefill chunk starts after the chunks before it (and,
+    with prefix caching, after its cache hit, not counted here); a decode row after its prompt and
+    every committed token but the last, which this step computes (rejected drafts were rolled back).
+    """
     df = pd.DataFrame([r.__dict__ for r in run.rows])
-    before = df.groupby("request")["scheduled"].cumsum() - df["scheduled"]
-    df["decode"] = before.to_numpy() >= df["request"].map(prompt_lens).to_numpy()
+    g = df.groupby("request")
+    before = (g["scheduled"].cumsum() - df["scheduled"]).to_numpy()
+    committed_before = (g["committed"].cumsum() - df["committed"]).to_numpy()
+    plen = df["request"].map(prompt_lens).to_numpy()
+    df["decode"] = committed_before > 0
+    df["context"] = np.where(df["decode"], plen + committed_before - 1, before)
     return df
 
 

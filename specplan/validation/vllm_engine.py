@@ -14,7 +14,8 @@ methods of the live scheduler instance gives, per step and in the scheduler's ow
   in place at ``max_tokens`` / EOS: the accepted tokens kept (``accepted``, what the simulation,
   capped at the recorded output, is compared with);
 - committed: the ``new_token_ids`` of the step's ``EngineCoreOutputs`` (after stop checks);
-- wall time: from ``schedule()`` entry to ``update_from_output()`` return.
+- wall time: from ``schedule()`` entry to ``update_from_output()`` return; of it, the scheduler's
+  own host time (``schedule()`` plus ``update_from_output()``, the per-step host term of a step-time fit).
 
 vLLM's metrics (``SpecDecodingStats``) are per step totals without the request split, hence the hook.
 The hook needs the scheduler in this process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (``vllm_env``).
@@ -50,6 +51,7 @@ class EngineRun:
 
     rows: list[StepRow] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
+    host_s: list[float] = field(default_factory=list)  # of step_s, in schedule() and update_from_output()
     outputs: dict[str, list[int]] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     metrics_text: Optional[str] = None  # the engine's Prometheus metrics after the run, as /metrics serves them
@@ -61,20 +63,26 @@ class StepRecorder:
     def __init__(self, scheduler) -> None:
         self.rows: list[StepRow] = []
         self.step_s: list[float] = []
-        self._t0 = 0.0
+        self.host_s: list[float] = []
+        self._t0 = self._scheduled = 0.0
         schedule, update = scheduler.schedule, scheduler.update_from_output
 
         def timed_schedule(*args, **kwargs):
             self._t0 = time.perf_counter()
-            return schedule(*args, **kwargs)
+            out = schedule(*args, **kwargs)
+            self._scheduled = time.perf_counter()
+            return out
 
         def recorded_update(scheduler_output, model_runner_output):
             # The stop check truncates sampled_token_ids in place: their lengths now are what the stats count.
             before = self._sampled_lengths(scheduler_output, model_runner_output)
+            t_update = time.perf_counter()
             result = update(scheduler_output, model_runner_output)
+            t_end = time.perf_counter()
             if scheduler_output.total_num_scheduled_tokens > 0:
                 self._record(scheduler_output, model_runner_output, result, before)
                 self.step_s.append(time.perf_counter() - self._t0)
+                self.host_s.append((self._scheduled - self._t0) + (t_end - t_update))
             return result
 
         scheduler.schedule = timed_schedule
@@ -163,18 +171,19 @@ def _prometheus_text() -> Optional[str]:
 
 def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str], *, max_tokens: int,
                speculative_config: Optional[dict], max_num_seqs: int, max_num_batched_tokens: int,
-               max_model_len: Optional[int], device: str, seed: int = 0, record: bool = True) -> EngineRun:
+               max_model_len: Optional[int], device: str, seed: int = 0, record: bool = True,
+               enable_prefix_caching: bool = False) -> EngineRun:
     """Generate greedily for every prompt (all submitted at once, in order) and record each step.
 
-    Prefix caching is off (a hit would shorten prefills the simulator schedules in full); chunked
-    prefill stays on, as vLLM V1 always schedules.
+    Prefix caching as asked (the simulation then runs vLLM's rule with the engine's block size);
+    chunked prefill stays on, as vLLM V1 always schedules.
     """
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     # Stats on for the recorded run only: its Prometheus counters (spec_decode_*) are then this run's alone.
     kwargs = dict(model=model, seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                  enable_prefix_caching=False, enable_chunked_prefill=True, speculative_config=speculative_config,
+                  enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=True, speculative_config=speculative_config,
                   disable_log_stats=not record)
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
@@ -188,6 +197,7 @@ def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str],
         settings = {"max_num_seqs": cfg.scheduler_config.max_num_seqs,
                     "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
                     "max_model_len": cfg.model_config.max_model_len,
+                    "block_size": cfg.cache_config.block_size, "enable_prefix_caching": enable_prefix_caching,
                     "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
                     "speculative_config": speculative_config}
         recorder = StepRecorder(_scheduler(llm)) if record else None
@@ -201,7 +211,7 @@ def run_engine(model: str, prompts: Sequence[Sequence[int]], ids: Sequence[str],
             # llm.generate numbers requests in submission order ("0-<suffix>", "1-<suffix>", ...).
             for row in recorder.rows:
                 row.request = ids[int(row.request.split("-", 1)[0])]
-            run.rows, run.step_s = recorder.rows, recorder.step_s
+            run.rows, run.step_s, run.host_s = recorder.rows, recorder.step_s, recorder.host_s
             run.metrics_text = _prometheus_text()
         return run
     finally:

@@ -87,6 +87,23 @@ def convert_gguf(gguf: Path, cache: Optional[Path] = None) -> Path:
     return target
 
 
+def check_model(model: Optional[str]) -> None:
+    """``--model`` refused at once when it names a path that is not there (or a folder vLLM cannot
+    load): a hub name (``org/name``) is left to vLLM, which may find it in its cache."""
+    if model is None:
+        bundled_gguf()
+        return
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" or path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
+        if path.suffix == ".gguf" and path.is_file():
+            return
+        if not path.exists():
+            raise SpecplanError(f"--model: {model}: no such file or folder; give a model folder, a .gguf file "
+                                "or a hub name (org/name)")
+        if not (path / "config.json").is_file():
+            raise SpecplanError(f"--model: {model}: not a model folder (no config.json in it)")
+
+
 def model_folder(model: Optional[str]) -> str:
     """What vLLM loads: the converted bundled GGUF, a converted ``.gguf`` path, or ``model`` itself."""
     if model is None:

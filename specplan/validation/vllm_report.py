@@ -45,9 +45,18 @@ def _markdown(summary: dict) -> str:
                       f"against {t['engine_throughput_tok_s']:.1f} measured ({t['throughput_error']:+.1%}); mean TPOT "
                       f"{t['sim_mean_tpot_s'] * 1e3:.2f} ms against {t['engine_mean_tpot_s'] * 1e3:.2f} ms "
                       f"({t['tpot_error']:+.1%})."]
+        if t.get("extrapolated"):
+            lines += ["", "The profile extrapolated: " + "; ".join(t["extrapolated"]) + "."]
+        if t.get("residuals"):
+            lines += ["", "Where the error sits (per class of step: prefill steps, decode steps by batch rows, steps "
+                          "verifying drafts or not; the share of the total absolute error in seconds):", "",
+                      "| steps | count | median error | bias | share of error |", "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {r['term']} | {r['steps']} | {r['median_ape']:.1%} | {r['bias']:+.1%} | "
+                      f"{r['share_of_error']:.0%} |" for r in t["residuals"]]
     lines += ["", "`iterations.csv` holds every iteration's engine and simulated columns and whether they differ; "
                   "`requests.csv` every request's steps, drafted and accepted on both sides; `engine_steps.csv` "
-                  "every request in every engine step; `metrics.prom` vLLM's own Prometheus metrics of the run "
+                  "every request in every engine step, with its context and the step's measured and host seconds "
+                  "(`specplan calibrate --from-logs engine_steps.csv` fits a step-time profile to them); `metrics.prom` vLLM's own Prometheus metrics of the run "
                   "(`specplan calibrate --from-logs metrics.prom` fits acceptance from them)."]
     return "\n".join(lines) + "\n"
 

@@ -10,34 +10,43 @@ tokens - 1), each as the simulation's relative error against the engine's.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from specplan.calibration.step_errors import request_tpot, residuals, step_classes
 
-def request_tpot(rows: pd.DataFrame, step_s: Sequence[float]) -> pd.Series:
-    """Per request of a row table (``step`` 1-based, ``request``, ``committed``) with those step times."""
-    ends = np.cumsum(np.asarray(step_s, dtype=float))
-    emitted = rows[rows["committed"] > 0]
-    t = pd.Series(ends[emitted["step"].to_numpy() - 1], index=emitted.index)
-    g = pd.DataFrame({"request": emitted["request"], "t": t, "tokens": emitted["committed"]}).groupby("request")
-    tokens = g["tokens"].sum()
-    span = g["t"].max() - g["t"].min()
-    return (span / (tokens - 1)).where(tokens > 1).dropna()
+STEP_LOG_COLUMNS = ("step", "request", "scheduled", "drafted", "accepted", "committed", "accepted_stats",
+                    "is_prefill", "context", "step_s", "host_s")
+
+
+def step_log(rows: pd.DataFrame, step_s: Sequence[float], host_s: Optional[Sequence[float]] = None) -> pd.DataFrame:
+    """``engine_steps.csv``: every request in every engine step (``vllm_compare.engine_rows``), with the
+    step's measured seconds and, of them, the scheduler's host seconds repeated on each of its rows
+    (the input of ``specplan calibrate --from-logs``)."""
+    out = rows.assign(is_prefill=~rows["decode"].astype(bool))
+    idx = out["step"].to_numpy() - 1
+    out["step_s"] = np.asarray(step_s, dtype=float)[idx]
+    out["host_s"] = np.asarray(host_s, dtype=float)[idx] if host_s is not None and len(host_s) else np.nan
+    return out[list(STEP_LOG_COLUMNS)]
 
 
 def timing(engine_rows: pd.DataFrame, engine_step_s: Sequence[float], sim_rows: pd.DataFrame,
            sim_step_s: Sequence[float]) -> dict:
-    """Per-iteration step-time error and end-to-end throughput and TPOT errors (fractions)."""
+    """Per-iteration step-time error and end-to-end throughput and TPOT errors (fractions); given a step
+    log (``step_log``) as ``engine_rows``, also the ``residuals`` by class of step."""
     e, s = np.asarray(engine_step_s, dtype=float), np.asarray(sim_step_s, dtype=float)
     n = min(len(e), len(s))
     rel = (s[:n] - e[:n]) / e[:n]
     tokens = float(engine_rows["committed"].sum())
     thr_e, thr_s = tokens / e.sum(), float(sim_rows["committed"].sum()) / s.sum()
     tpot_e, tpot_s = request_tpot(engine_rows, e).mean(), request_tpot(sim_rows, s).mean()
-    return {"iterations_timed": int(n), "median_step_ape": float(np.median(np.abs(rel))),
+    out = {"iterations_timed": int(n), "median_step_ape": float(np.median(np.abs(rel))),
             "p90_step_ape": float(np.quantile(np.abs(rel), 0.9)), "step_bias": float(rel.mean()),
             "engine_throughput_tok_s": thr_e, "sim_throughput_tok_s": thr_s, "throughput_error": thr_s / thr_e - 1,
             "engine_mean_tpot_s": float(tpot_e), "sim_mean_tpot_s": float(tpot_s),
             "tpot_error": float(tpot_s / tpot_e - 1)}
+    if {"is_prefill", "drafted"} <= set(engine_rows.columns):  # a step log: where the error sits
+        out["residuals"] = residuals(step_classes(engine_rows).iloc[:n], e[:n], s[:n])
+    return out

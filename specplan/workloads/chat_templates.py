@@ -10,14 +10,21 @@ answer; loaders append its id to responses that ended on their own.
   ``<s>[INST] <<SYS>>\\n{system}\\n<</SYS>>\\n\\n{q1} [/INST] {a1} </s><s>[INST] {q2} [/INST]``.
 - ``llama-3``: ``llama_models.llama3.chat_format.ChatFormat`` (content verbatim, not stripped).
 - ``chatml``: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` ... ``<|im_start|>assistant\\n``.
+
+A model folder's own Jinja template (``specplan.workloads.model_folder``) is compiled here by
+:func:`compile_jinja`: in Jinja's immutable sandbox, with limits on what one render may build
+(``MAX_RENDER_CHARS``) and loop over (``MAX_RANGE_ITEMS``), and any error it raises, Jinja's or
+Python's (a division by zero, the sandbox's range limit), named in one ConfigError line.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Sequence
 
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, one_line
 
 #: One message: ``(role, content)`` with role ``system``, ``user`` or ``assistant``.
 Message = tuple[str, str]
@@ -115,3 +122,134 @@ def get_template(name: "str | ChatTemplate") -> ChatTemplate:
     if key not in TEMPLATES:
         raise ConfigError(f"template: unknown chat template {name!r}: choose one of {', '.join(TEMPLATES)}")
     return TEMPLATES[key]
+
+
+#: The most characters one render of a folder's template may produce or build on the way (a string,
+#: list or repeat count): a real prompt is far shorter than a model's context in characters, and a
+#: template that builds 100 MB is broken or hostile.
+MAX_RENDER_CHARS = 16 * 1024 * 1024
+#: The most items of ``range`` one render may loop over, all ranges together: chat templates loop
+#: over the messages; nested ranges under the sandbox's own per-range limit could still spin for hours.
+MAX_RANGE_ITEMS = 1_000_000
+
+
+def _sized(x) -> int:
+    """What a value costs against MAX_RENDER_CHARS: a string's or list's length, an integer itself
+    (a repeat count or a width)."""
+    if isinstance(x, bool):
+        return 0
+    if isinstance(x, int):
+        return abs(x)
+    if isinstance(x, (str, bytes, list, tuple, dict)):
+        return len(x)
+    return 0
+
+
+def _args_checked(f, check):
+    def checked(value, *args, **kwargs):
+        check(*args, *kwargs.values())
+        return f(value, *args, **kwargs)
+    return checked
+
+
+def _limited_environment(where: str):
+    """transformers' sandbox (``_compile_jinja_template``) with the render limits above."""
+    try:
+        from jinja2.compiler import CodeGenerator
+        from jinja2.exceptions import SecurityError, TemplateError
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise ConfigError(f"{where}: the Python package 'jinja2' is not installed (pip install jinja2)") from None
+
+    def check(*values) -> None:
+        if any(_sized(v) > MAX_RENDER_CHARS for v in values):
+            raise SecurityError(f"builds more than {MAX_RENDER_CHARS} characters (a render's limit)")
+
+    class CheckedConcat(CodeGenerator):
+        """``a ~ b`` is no binop the sandbox intercepts: compiled to a join that checks its size first."""
+
+        def visit_Concat(self, node, frame) -> None:
+            self.write("environment.checked_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
+    class Limited(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**", "+"})
+        code_generator_class = CheckedConcat
+        range_items = 0  # reset by each render
+
+        def checked_concat(self, parts) -> str:
+            parts = [str(p) for p in parts]
+            check(sum(len(p) for p in parts))
+            return "".join(parts)
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+                check(right * abs(left).bit_length() // 8)  # the result's bytes, before computing it
+            elif operator == "*" and isinstance(right, int) and isinstance(left, (str, list, tuple)):
+                check(len(left) * right)
+            elif operator == "*" and isinstance(left, int) and isinstance(right, (str, list, tuple)):
+                check(left * len(right))
+            elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                check(len(left) + len(right))
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
+            check(*args, *kwargs.values())  # str.ljust(10**9), a macro handed a doubled string
+            out = super().call(__context, __obj, *args, **kwargs)
+            if isinstance(out, range):
+                __self.range_items += len(out)
+                if __self.range_items > MAX_RANGE_ITEMS:
+                    raise SecurityError(f"loops over more than {MAX_RANGE_ITEMS} range items (a render's limit)")
+            return out
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = Limited(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    for name in ("center", "indent"):  # filters are no sandbox calls: those taking a width are checked here
+        env.filters[name] = _args_checked(env.filters[name], check)
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env, TemplateError
+
+
+def compile_jinja(source: str, where: str) -> Callable[..., str]:
+    """A Jinja chat template as ``render(**variables) -> str`` under the limits above; ``where``
+    (the option and file) starts every error line."""
+    env, template_error = _limited_environment(where)
+    try:
+        compiled = env.from_string(source)
+    except template_error as exc:
+        raise ConfigError(f"{where}: chat_template does not compile ({one_line(exc)})") from None
+    except (MemoryError, RecursionError) as exc:  # a template nested beyond the parser
+        raise ConfigError(f"{where}: chat_template does not compile ({type(exc).__name__})") from None
+
+    def render(**variables) -> str:
+        env.range_items = 0
+        out, size = [], 0
+        try:
+            for piece in compiled.generate(**variables):
+                size += len(piece)
+                if size > MAX_RENDER_CHARS:
+                    raise ConfigError(f"{where}: chat_template renders more than {MAX_RENDER_CHARS} characters "
+                                      "(a render's limit); fix the template")
+                out.append(piece)
+        except ConfigError:
+            raise
+        except template_error as exc:
+            raise ConfigError(f"{where}: chat_template: {one_line(exc)}") from None
+        except Exception as exc:  # the template is the user's code: any error it raises is input, named
+            detail = one_line(exc)
+            raise ConfigError(f"{where}: chat_template raised {type(exc).__name__}"
+                              f"{': ' + detail if detail else ''}; fix the template") from None
+        return "".join(out)
+
+    return render

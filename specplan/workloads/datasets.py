@@ -27,7 +27,8 @@ format              file
                     (see :func:`load_vllm_sonnet`). Prompt-only.
 ==================  ====================================================================================
 
-Timestamped traces (Azure LLM inference CSV, Mooncake JSONL) are in ``specplan.workloads.timed``.
+Timestamped traces: Azure LLM inference CSV and Mooncake JSONL in ``specplan.workloads.timed``, BurstGPT
+CSV in ``specplan.workloads.burstgpt``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 
 from specplan.errors import ConfigError, TraceError
 from specplan.workloads.chat_templates import ChatTemplate
-from specplan.workloads.records import Where, get_field, iter_records
+from specplan.workloads.records import Where, check_length, get_field, iter_records
 from specplan.workloads.request import Request
 from specplan.workloads.tokenization import HFTokenizer, Tokenizer
 
@@ -74,10 +75,7 @@ def _ids(value, where: Where, field: str) -> list[int]:
 
 
 def _positive(rec: dict, field: str, where: Where) -> int:
-    value = get_field(rec, field, int, where)
-    if value < 1:
-        raise where.error(f"must be >= 1, got {value}", field)
-    return value
+    return check_length(get_field(rec, field, int, where), f"{where.path}:{where.line}", field)
 
 
 def load_trtllm_bench(path: str | os.PathLike, *, tokenizer=None, template=None) -> list[Request]:
@@ -133,6 +131,7 @@ def load_vllm_custom(path: str | os.PathLike, *, tokenizer=None, template=None,
                      output_len: int = VLLM_CUSTOM_OUTPUT_LEN) -> list[Request]:
     """``vllm bench`` custom JSONL: ``{"prompt", "output_tokens"?}`` per line, chat template applied."""
     path = Path(path)
+    check_option_int(output_len, "output_len", 1)
     tok, tmpl = _folder(tokenizer, template, "vllm-custom")
     out = []
     for where, rec in iter_records(path):
@@ -154,6 +153,7 @@ def load_openai_requests(path: str | os.PathLike, *, tokenizer=None, template=No
     from specplan.workloads.loaders import _chat_messages
 
     path = Path(path)
+    check_option_int(output_len, "output_len", 1)
     tok, tmpl = _folder(tokenizer, template, "openai-requests")
     out = []
     for where, rec in iter_records(path):
@@ -172,24 +172,33 @@ def load_openai_requests(path: str | os.PathLike, *, tokenizer=None, template=No
     return _checked(out, path)
 
 
-#: ``vllm bench`` sonnet defaults (``SonnetDataset``, ``--num-prompts``, ``--seed``).
+#: ``vllm bench`` sonnet instruction (``SonnetDataset.sample``).
 SONNET_BASE_PROMPT = "Pick as many lines as you can from these poem lines:\n"
-SONNET_DEFAULTS = {"input_len": 550, "prefix_len": 200, "output_len": 150, "num_requests": 1000, "seed": 0}
+#: Draws per kept prompt before an over-long ``input_len`` budget is refused rather than retried for ever.
+SONNET_MAX_DRAWS = 100
 
 
-def load_vllm_sonnet(path: str | os.PathLike, *, tokenizer=None, template=None, **options) -> list[Request]:
+def check_option_int(value, name: str, minimum: int) -> int:
+    """A format option that must be an integer >= ``minimum``, else one ConfigError line naming it."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"workload.format_options.{name}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def load_vllm_sonnet(path: str | os.PathLike, *, tokenizer=None, template=None, input_len: int = 550,
+                     prefix_len: int = 200, output_len: int = 150, num_requests: int = 1000, seed: int = 0) -> list[Request]:
     """``vllm bench --dataset-name sonnet``: prompts of poem lines, drawn as ``SonnetDataset.sample``
     draws them. The first ``round((prefix_len - base) / avg)`` lines are a shared prefix, then
     ``random.choices`` adds lines up to ``round((input_len - base) / avg)`` (``base`` the templated
     instruction's length, ``avg`` the mean line length, both counted as ``tokenizer(text)`` counts,
     special tokens included); a draw whose templated prompt is longer than ``input_len`` is
     discarded. ``random`` is seeded with ``seed`` as ``vllm bench`` seeds it (``--seed``, default 0).
-    Prompt-only, ``output_len`` tokens each."""
+    Prompt-only, ``output_len`` tokens each. Defaults are ``vllm bench``'s (``--sonnet-input-len``
+    550, ``--sonnet-prefix-len`` 200, ``--sonnet-output-len`` 150, ``--num-prompts`` 1000)."""
     path = Path(path)
-    unknown = set(options) - set(SONNET_DEFAULTS)
-    if unknown:
-        raise ConfigError(f"format vllm-sonnet: unknown option {sorted(unknown)[0]!r} (options: {', '.join(SONNET_DEFAULTS)})")
-    o = {**SONNET_DEFAULTS, **options}
+    for name, value, minimum in (("input_len", input_len, 1), ("prefix_len", prefix_len, 0), ("output_len", output_len, 1),
+                                 ("num_requests", num_requests, 1), ("seed", seed, 0)):
+        check_option_int(value, name, minimum)
     tok, tmpl = _folder(tokenizer, template, "vllm-sonnet")
     if not isinstance(tok, HFTokenizer):
         raise ConfigError("format vllm-sonnet: needs the model folder's tokenizer.json (workload.tokenizer)")
@@ -207,16 +216,21 @@ def load_vllm_sonnet(path: str | os.PathLike, *, tokenizer=None, template=None, 
 
     avg = sum(count(line) for line in lines) / len(lines)
     base = count(templated(SONNET_BASE_PROMPT))
-    if o["input_len"] <= base:
-        raise ConfigError(f"format vllm-sonnet: input_len must exceed the base prompt's {base} tokens")
-    n_input = round((o["input_len"] - base) / avg)
-    prefix = lines[:max(round((o["prefix_len"] - base) / avg), 0)]
-    rng = random.Random(o["seed"])
+    if input_len <= base:
+        raise ConfigError(f"workload.format_options.input_len: must exceed the vllm-sonnet base prompt's {base} tokens")
+    n_input = round((input_len - base) / avg)
+    prefix = lines[:max(round((prefix_len - base) / avg), 0)]
+    rng = random.Random(seed)
     out: list[Request] = []
-    while len(out) < o["num_requests"]:
+    draws = 0
+    while len(out) < num_requests:
+        draws += 1
+        if draws > SONNET_MAX_DRAWS * num_requests:  # vLLM would loop for ever
+            raise ConfigError(f"workload.format_options.input_len: {input_len} tokens is too tight for {path.name}'s lines "
+                              f"(mean {avg:.1f} tokens): {draws - 1} draws kept {len(out)}; raise input_len")
         text = templated(SONNET_BASE_PROMPT + "".join(prefix + rng.choices(lines, k=n_input - len(prefix))))
-        if count(text) <= o["input_len"]:
-            out.append(prompt_only_request(f"sonnet-{len(out)}", tok.encode_prompt(text), o["output_len"]))
+        if count(text) <= input_len:
+            out.append(prompt_only_request(f"sonnet-{len(out)}", tok.encode_prompt(text), output_len))
     return out
 
 

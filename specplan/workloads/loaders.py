@@ -17,7 +17,8 @@ format                    file                                                 d
 ========================  ===================================================  ===================
 
 Benchmark datasets and production traces (``trtllm-bench``, ``vllm-sharegpt``, ``vllm-custom``,
-``vllm-sonnet``, ``openai-requests``, ``azure``, ``mooncake``) load through ``specplan.workloads.datasets`` and ``specplan.workloads.timed``.
+``vllm-sonnet``, ``openai-requests``, ``azure``, ``mooncake``, ``burstgpt``) load through ``specplan.workloads.datasets``,
+``specplan.workloads.timed`` and ``specplan.workloads.burstgpt``.
 
 Loaders build the whole list before returning; any malformed record raises TraceError naming the
 file, line and field.

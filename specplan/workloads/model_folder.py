@@ -10,19 +10,19 @@ the globals ``raise_exception`` and ``strftime_now``, and the variables ``messag
 ``add_generation_prompt`` and the special tokens (``bos_token``, ``eos_token``, ...). The rendered
 string is tokenized with ``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)``
 does: the template writes BOS itself. The end-of-turn token appended to answers that ended on their
-own is the folder's ``eos_token``.
+own is the folder's ``eos_token``. Files are read through ``read_checked`` (size, UTF-8) and the
+template rendered under ``chat_templates.compile_jinja``'s limits, so a broken folder is one line.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from specplan.errors import ConfigError
-from specplan.workloads.chat_templates import ChatTemplate, Message
+from specplan.errors import ConfigError, read_checked
+from specplan.workloads.chat_templates import ChatTemplate, Message, compile_jinja
 from specplan.workloads.tokenization import HFTokenizer
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
@@ -48,27 +48,6 @@ def _template_source(config: dict, where: str) -> str:
     return tmpl
 
 
-def _environment():
-    try:
-        from jinja2.exceptions import TemplateError
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise ConfigError("workload.tokenizer: the Python package 'jinja2' is not installed (pip install jinja2)") from None
-
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env, TemplateError
-
-
 class ModelFolder:
     """``tokenizer.json`` + the chat template and special tokens of ``tokenizer_config.json``."""
 
@@ -78,29 +57,28 @@ class ModelFolder:
         if not (self.path / "tokenizer.json").is_file() or not (self.path / "tokenizer_config.json").is_file():
             raise ConfigError(f"{where}: a model folder needs tokenizer.json and tokenizer_config.json")
         try:
-            config = json.loads((self.path / "tokenizer_config.json").read_text())
+            config = json.loads(read_checked(self.path / "tokenizer_config.json", "workload.tokenizer: "))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{where}/tokenizer_config.json:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}/tokenizer_config.json: invalid JSON (nested too deeply)") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"{where}/tokenizer_config.json: expected a JSON object of tokenizer settings, "
+                              f"got {type(config).__name__}")
         jinja_file = self.path / "chat_template.jinja"  # newer folders keep the template in its own file
-        source = jinja_file.read_text() if jinja_file.is_file() else _template_source(config, f"{where}/tokenizer_config.json")
+        source = (read_checked(jinja_file, "workload.tokenizer: ") if jinja_file.is_file()
+                  else _template_source(config, f"{where}/tokenizer_config.json"))
         self.special_tokens = {k: _token_text(config.get(k), f"{where}/tokenizer_config.json: {k}") for k in _SPECIAL_KEYS}
         self.special_tokens = {k: v for k, v in self.special_tokens.items() if v is not None}
         if "eos_token" not in self.special_tokens:
             raise ConfigError(f"{where}/tokenizer_config.json: eos_token: missing (the end-of-turn token of answers)")
         self.tokenizer = HFTokenizer(self.path / "tokenizer.json", name=str(self.path))
-        env, self._template_error = _environment()
-        try:
-            self._compiled = env.from_string(source)
-        except self._template_error as exc:
-            raise ConfigError(f"{where}: chat_template does not compile ({exc})") from None
+        self._render = compile_jinja(source, where)
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """The prompt string, as ``apply_chat_template(messages, tokenize=False)`` gives it."""
-        try:
-            return self._compiled.render(messages=[{"role": r, "content": c} for r, c in messages],
-                                         add_generation_prompt=add_generation_prompt, **self.special_tokens)
-        except self._template_error as exc:
-            raise ConfigError(f"workload.tokenizer: {self.path}: chat_template: {exc}") from None
+        return self._render(messages=[{"role": r, "content": c} for r, c in messages],
+                            add_generation_prompt=add_generation_prompt, **self.special_tokens)
 
     def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
         """Prompt ids, as ``apply_chat_template(messages, tokenize=True)`` gives them."""

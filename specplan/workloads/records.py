@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,13 +19,42 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from specplan.atomic import atomic_path
-from specplan.errors import TraceError, one_line, read_failure
+from specplan.errors import TraceError, one_line, read_checked, read_failure
 
 def open_text(path: Path, mode: str):
     """Open text for reading or writing, through gzip when the name ends in ``.gz``."""
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
+
+
+#: The latest arrival a trace may state, in seconds after its first: a year. Published production
+#: traces span hours to weeks; a later time is a unit slip (ms or us read as s) or a corrupt field, and
+#: would simulate an idle year (a run over 1e300 s reports 1e-300 tok/s).
+MAX_ARRIVAL_S = 366 * 86400.0
+
+
+def check_arrival(value, where: str, field: str, scale: float = 1.0) -> float:
+    """An arrival time in seconds (``value * scale``), refused in one TraceError line naming ``where``
+    and ``field`` unless finite, >= 0 and at most ``MAX_ARRIVAL_S``."""
+    t = float(value) * scale
+    if not math.isfinite(t) or t < 0 or t > MAX_ARRIVAL_S:
+        raise TraceError(f"{where}: field '{field}' must be a time from 0 to {MAX_ARRIVAL_S:.0f} s (a year after "
+                         f"the first arrival), got {value!r}; check its unit")
+    return t
+
+
+# The longest context any served model takes (Llama 4 Scout's 10M tokens): a trace row claiming more is
+# a unit or column slip, and its placeholder tokens would be allocated before any other check.
+MAX_SEQUENCE_TOKENS = 10_000_000
+
+
+def check_length(value: int, where: str, field: str) -> int:
+    """A token count from a trace, refused in one TraceError line unless 1 <= value <= ``MAX_SEQUENCE_TOKENS``."""
+    if not 1 <= value <= MAX_SEQUENCE_TOKENS:
+        raise TraceError(f"{where}: field '{field}' must be a token count from 1 to {MAX_SEQUENCE_TOKENS:,} (the "
+                         f"longest context a served model takes), got {value}")
+    return value
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object", float: "a number"}
@@ -44,14 +74,25 @@ class Where:
         return TraceError(f"{self.path}:{self.line}: field '{field}' {message}")
 
 
+#: The largest trace read whole (text, or text once decompressed): parsed, its records take several
+#: times its size in memory; a bigger file is better split or sampled first.
+MAX_TRACE_BYTES = 2 * 1024**3
+
+
 def read_text(path: str | Path) -> str:
-    """The whole file as text (gzip-aware); a missing file is a TraceError."""
+    """The whole file as text (gzip-aware); a missing, unreadable, oversized or non-UTF-8 file is a
+    one-line TraceError (``errors.read_checked``, with the trace limit)."""
     path = Path(path)
+    if path.suffix != ".gz":
+        return read_checked(path, error=TraceError, max_bytes=MAX_TRACE_BYTES)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     try:
         with open_text(path, "r") as fh:
-            return fh.read()
+            text = fh.read(MAX_TRACE_BYTES + 1)  # characters: a decompression bomb stops here
+        if len(text) > MAX_TRACE_BYTES:
+            raise TraceError(f"{path}: more than {MAX_TRACE_BYTES} characters once decompressed; split or sample it")
+        return text
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: {read_failure(exc)}") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a .gz that is not gzip, or cut short

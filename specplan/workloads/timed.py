@@ -17,6 +17,7 @@ Prompt tokens of Azure requests are placeholders as well (the trace has no conte
 from __future__ import annotations
 
 import csv
+import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 
 from specplan.errors import TraceError
 from specplan.workloads.datasets import _checked, _positive, prompt_only_request
-from specplan.workloads.records import get_field, iter_records, read_text
+from specplan.workloads.records import MAX_ARRIVAL_S, check_arrival, check_length, get_field, iter_records, read_text
 from specplan.workloads.request import Request
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -43,6 +44,16 @@ def _azure_time(text: str, where: str) -> float:
     if frac and not frac.isdigit():
         raise TraceError(f"{where}: TIMESTAMP {text!r} has a bad fraction of a second")
     return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def placeholder_prompt(length: int, row: int) -> np.ndarray:
+    """``length`` placeholder tokens whose first two encode ``row``: the trace has no content, and
+    prompts that differ in their first block never share a KV block with another request's (vLLM's
+    ``BurstGPTDataset`` likewise gives each request its own synthetic tokens)."""
+    prompt = np.zeros(length, dtype=np.int32)
+    head = divmod(row, BLOCK_VOCAB)
+    prompt[:2] = head[:length]
+    return prompt
 
 
 def load_azure(path: str | os.PathLike) -> list[Request]:
@@ -63,10 +74,9 @@ def load_azure(path: str | os.PathLike) -> list[Request]:
             ctx, gen = int(row[1]), int(row[2])
         except ValueError:
             raise TraceError(f"{where}: ContextTokens and GeneratedTokens must be integers") from None
-        if ctx < 1 or gen < 1:
-            raise TraceError(f"{where}: ContextTokens and GeneratedTokens must be >= 1")
+        check_length(ctx, where, "ContextTokens"), check_length(gen, where, "GeneratedTokens")
         t0 = t if t0 is None else t0
-        out.append(prompt_only_request(f"azure-{line - 1}", np.zeros(ctx, dtype=np.int32), gen, arrival_s=t - t0))
+        out.append(prompt_only_request(f"azure-{line - 1}", placeholder_prompt(ctx, line - 1), gen, arrival_s=t - t0))
     return _sorted(_checked(out, path), path)
 
 
@@ -83,6 +93,8 @@ def load_mooncake(path: str | os.PathLike) -> list[Request]:
         if not isinstance(rec, dict):
             raise where.error("expected an object with timestamp, input_length, output_length, hash_ids")
         t = get_field(rec, "timestamp", (int, float), where)
+        if not math.isfinite(t):  # JSON's NaN / Infinity, or a number past float range
+            raise where.error(f"must be a finite time in ms, got {t}", "timestamp")
         ilen, olen = _positive(rec, "input_length", where), _positive(rec, "output_length", where)
         ids = get_field(rec, "hash_ids", list, where)
         if not all(isinstance(b, int) and not isinstance(b, bool) for b in ids):
@@ -96,9 +108,13 @@ def load_mooncake(path: str | os.PathLike) -> list[Request]:
 
 
 def _sorted(requests: list[Request], path: Path) -> list[Request]:
+    """In arrival order from time 0 (rows may be out of order), the span checked (``MAX_ARRIVAL_S``)."""
     first = min(r.arrival_s for r in requests)
     if first < 0:  # rows out of order: time 0 is the earliest arrival
         from dataclasses import replace
 
         requests = [replace(r, arrival_s=r.arrival_s - first) for r in requests]
+    last = max(requests, key=lambda r: r.arrival_s)
+    if last.arrival_s > MAX_ARRIVAL_S:
+        check_arrival(last.arrival_s, f"{path}: request {last.id}", "arrival (from the timestamps)")
     return sorted(requests, key=lambda r: r.arrival_s)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from specplan.errors import ConfigError
+from specplan.errors import ConfigError, one_line, read_failure
 
 #: Names accepted by :func:`get_tokenizer` besides paths.
 TOKENIZER_NAMES = ("llama2", "llama3")
@@ -81,8 +82,8 @@ class SentencePieceTokenizer(Tokenizer):
                 self.sp = spm.SentencePieceProcessor(model_proto=gzip.decompress(path.read_bytes()))
             else:
                 self.sp = spm.SentencePieceProcessor(model_file=str(path))
-        except (OSError, RuntimeError) as exc:
-            raise ConfigError(f"tokenizer: {path}: not a readable SentencePiece model ({exc})") from None
+        except (OSError, RuntimeError, EOFError, zlib.error) as exc:  # a .gz cut short or not gzip too
+            raise ConfigError(f"tokenizer: {path}: not a readable SentencePiece model ({one_line(exc)})") from None
         ids = [self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()]
         self._specials = {self.sp.id_to_piece(i): i for i in ids if i >= 0}
         self._split = re.compile("(" + "|".join(re.escape(s) for s in sorted(self._specials, key=len, reverse=True)) + ")")
@@ -197,8 +198,11 @@ def bundled_llama2_path() -> Path:
 
 
 def _is_tiktoken_file(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        head = fh.read(256)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError as exc:
+        raise ConfigError(f"tokenizer: {path}: cannot read ({read_failure(exc)})") from None
     first = head.split(b"\n", 1)[0]
     return re.fullmatch(rb"[A-Za-z0-9+/=]+ \d+\r?", first) is not None
 

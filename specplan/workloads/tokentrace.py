@@ -5,13 +5,12 @@ limit the request ran with, at least the output's length). Gzip-compressed when 
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Iterable
 
 from specplan.errors import TraceError
-from specplan.workloads.records import iter_records, write_jsonl
+from specplan.workloads.records import check_arrival, iter_records, write_jsonl
 from specplan.workloads.request import Request
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are held as int32, the engines' dtype
@@ -44,9 +43,8 @@ def parse_token_record(obj, path: Path, lineno: int) -> Request:
             if not isinstance(obj[name], typ) or isinstance(obj[name], bool):
                 raise TraceError(f"{path}:{lineno}: field '{name}' has the wrong type ({type(obj[name]).__name__})")
             kwargs[name] = obj[name]
-    arrival = kwargs.get("arrival_s")
-    if arrival is not None and not (math.isfinite(arrival) and arrival >= 0):
-        raise TraceError(f"{path}:{lineno}: field 'arrival_s' must be a finite time >= 0 seconds, got {arrival}")
+    if "arrival_s" in kwargs:
+        check_arrival(kwargs["arrival_s"], f"{path}:{lineno}", "arrival_s")
     if "session" in kwargs:
         kwargs["session"] = str(kwargs["session"])
     output_ids = _token_list(obj["output_ids"], path, lineno, "output_ids", allow_empty=False)

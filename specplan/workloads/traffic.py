@@ -117,7 +117,8 @@ def trace_requests(cfg: WorkloadConfig) -> list[Request]:
     ``workload.categories``, before any sampling: what a sweep's worker loads once per trace."""
     from specplan.workloads.model_folder import workload_options
 
-    requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace))
+    requests = load_workload(cfg.trace, format=cfg.format, **workload_options(cfg.tokenizer, cfg.trace),
+                             **(cfg.format_options or {}))
     if cfg.categories is not None:
         present = sorted({r.category for r in requests if r.category is not None})
         unknown = [c for c in cfg.categories if c not in present]

@@ -1,9 +1,10 @@
 """Open-addressing hash table on numpy arrays, for the numba kernels of the drafters.
 
 Keys are non-negative int64 (callers pack two int31 fields as ``a << 31 | b``); an empty slot holds
--1. Keys are never deleted: a caller that needs removal stores a sentinel value instead, which keeps
-probing simple and is cheap because every key set here is bounded by the trace. The capacity is a
-power of two and callers keep the load at or under one half.
+-1. ``ht_delete`` removes a key by backward shifting (no tombstones), for a caller whose key set
+must stay bounded by what it holds (the suffix tree's global tree under eviction); others store a
+sentinel value instead. The capacity is a power of two and callers keep the load at or under one
+half.
 """
 
 from __future__ import annotations
@@ -60,6 +61,34 @@ def ht_put(keys, vals, key, val):
 
 
 @njit(cache=True)
+def ht_delete(keys, vals, key):
+    """Remove ``key`` (returns 1, or 0 when absent), shifting later entries of its probe run back so
+    that every remaining key stays reachable from its home slot without a gap."""
+    mask = keys.shape[0] - 1
+    i = _slot(key, mask)
+    while keys[i] != key:
+        if keys[i] == -1:
+            return 0
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = keys[j]
+        if k == -1:
+            break
+        home = _slot(k, mask)
+        # k may fill the hole at i only if its home slot is not cyclically within (i, j]
+        if (i < j and i < home <= j) or (i > j and (home > i or home <= j)):
+            continue
+        keys[i] = k
+        vals[i] = vals[j]
+        i = j
+    keys[i] = -1
+    vals[i] = -1
+    return 1
+
+
+@njit(cache=True)
 def ht_rehash(keys, vals, new_keys, new_vals):
     """Copy every entry into a larger (empty) table."""
     for i in range(keys.shape[0]):
@@ -76,8 +105,10 @@ def table_capacity(n_keys):
     return cap
 
 
-def grown_table(keys: np.ndarray, vals: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same entries in a table sized for ``n_keys`` keys (returned unchanged when big enough)."""
+@njit(cache=True)
+def grown_table(keys, vals, n_keys):
+    """The same entries in a table sized for ``n_keys`` keys (returned unchanged when big enough);
+    compiled, so kernels that own their tables grow them as Python callers do."""
     cap = table_capacity(n_keys)
     if cap <= keys.shape[0]:
         return keys, vals

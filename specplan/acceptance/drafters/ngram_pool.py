@@ -88,8 +88,20 @@ def _unlink_all(head, tail, ent, mk, mv, meta, pid):
 
 
 @njit(cache=True)
+def with_room(ent, mk, mv, meta, n_new):
+    """The entry array and member table, grown (copied) where ``n_new`` more would not fit."""
+    need = meta[M_ALLOC] + n_new
+    if need > ent.shape[1]:
+        ent = np.concatenate((ent, np.empty((4, max(need - ent.shape[1], ent.shape[1])), dtype=np.int32)), axis=1)
+    mk, mv = grown_table(mk, mv, meta[M_KEYS] + n_new)
+    return ent, mk, mv
+
+
+@njit(cache=True)
 def _append(head, tail, ent, mk, mv, meta, pid, mid, mlen, src):
     e = meta[M_ALLOC]
+    if e >= ent.shape[1] or 2 * (meta[M_KEYS] + 1) > mk.shape[0]:
+        raise IndexError("NGram pool: more entries than reserved (with_room)")
     meta[M_ALLOC] += 1
     ent[E_MID, e] = mid
     ent[E_LEN, e] = mlen
@@ -153,7 +165,7 @@ def pool_call(tokens, ids, base, L, maxlen, k, n, keep_all, oldest, start,
 
     ``L`` is the prefix length, ``maxlen`` = prompt_len + max_new_tokens, ``start`` the request's
     ``start_index`` (-1 before its first call). Returns (draft source in ``tokens`` or -1, draft
-    length, new start_index). The caller guarantees room for n * (L - start) new entries and keys.
+    length, new start_index). ``with_room`` first: each window of each size adds at most one entry.
     """
     rem = maxlen - 1 - L
     if rem <= 0:
@@ -196,7 +208,6 @@ def pool_trajectory(tokens, ids, n_ids, P, O, maxlen, k, n, keep_all, oldest, c0
     ``maxlen`` is prompt_len + max_new_tokens. Returns per step (committed, draft source, drafted,
     accepted), from ``committed = c0``.
     """
-    # every window of every call adds at most one entry and one member key
     head, tail, ent, mk, mv, meta = new_pool_arrays(n_ids, n * (P + 1 + O * (k + n + 1)))
     steps = max(O - c0, 0)
     out_c = np.empty(steps, dtype=np.int32)
@@ -208,6 +219,7 @@ def pool_trajectory(tokens, ids, n_ids, P, O, maxlen, k, n, keep_all, oldest, c0
     i = 0
     while c < O:
         L = P + c
+        ent, mk, mv = with_room(ent, mk, mv, meta, n * (L - max(start, 0)))
         src, d, start = pool_call(tokens, ids, 0, L, maxlen, k, n, keep_all, oldest, start,
                                   head, tail, ent, mk, mv, meta)
         a = 0
@@ -237,17 +249,8 @@ class _Pool:
     def __init__(self, n_ids: int, n_entries: int) -> None:
         self.head, self.tail, self.ent, self.mk, self.mv, self.meta = new_pool_arrays(n_ids, n_entries)
 
-    def reserve(self, n_new: int) -> None:
-        """Room for ``n_new`` more entries and member keys."""
-        need = int(self.meta[M_ALLOC]) + n_new
-        if need > self.ent.shape[1]:
-            grown = np.empty((4, max(need, 2 * self.ent.shape[1])), dtype=np.int32)
-            grown[:, :self.ent.shape[1]] = self.ent
-            self.ent = grown
-        self.mk, self.mv = grown_table(self.mk, self.mv, int(self.meta[M_KEYS]) + n_new)
-
     def call(self, tokens, ids, base, L, maxlen, k, n, keep_all, oldest, start):
-        self.reserve(n * (L - max(start, 0)))
+        self.ent, self.mk, self.mv = with_room(self.ent, self.mk, self.mv, self.meta, n * (L - max(start, 0)))
         return pool_call(tokens, ids, base, L, maxlen, k, n, keep_all, oldest, start,
                          self.head, self.tail, self.ent, self.mk, self.mv, self.meta)
 

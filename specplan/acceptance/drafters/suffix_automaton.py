@@ -63,10 +63,20 @@ def sam_new(n_tokens):
 
 
 @njit(cache=True)
+def _take(meta, i, limit):
+    """The next id of counter ``i`` (0: states, 1: transitions), refused past the storage's ``limit``
+    (a shared arena sized from the requests' tokens would otherwise be overrun silently)."""
+    x = meta[i]
+    if x >= limit:
+        raise IndexError("suffix automaton: more states or transitions than its storage holds")
+    meta[i] += 1
+    return x
+
+
+@njit(cache=True)
 def sam_root(st, meta):
     """Allocate a root state (an empty automaton) and return its id."""
-    r = meta[0]
-    meta[0] += 1
+    r = _take(meta, 0, st.shape[1])
     st[LEN, r] = 0
     st[LINK, r] = -1
     st[FPOS, r] = -1
@@ -76,8 +86,7 @@ def sam_root(st, meta):
 
 @njit(cache=True)
 def _add_edge(st, ed, meta, s, c):
-    e = meta[1]
-    meta[1] += 1
+    e = _take(meta, 1, ed.shape[1])
     ed[ETOK, e] = c
     ed[ENEXT, e] = st[EHEAD, s]
     st[EHEAD, s] = e
@@ -90,8 +99,7 @@ def sam_extend(st, ed, hk, hv, meta, root, last, c):
     The classic online construction, with ``firstpos`` (the end of the earliest occurrence) kept per
     state: a new state ends at the new position, a clone inherits it from the state it splits.
     """
-    cur = meta[0]
-    meta[0] += 1
+    cur = _take(meta, 0, st.shape[1])
     st[LEN, cur] = st[LEN, last] + 1
     st[FPOS, cur] = st[LEN, cur] - 1
     st[EHEAD, cur] = -1
@@ -111,8 +119,7 @@ def sam_extend(st, ed, hk, hv, meta, root, last, c):
     if st[LEN, p] + 1 == st[LEN, q]:
         st[LINK, cur] = q
         return cur
-    clone = meta[0]
-    meta[0] += 1
+    clone = _take(meta, 0, st.shape[1])
     st[LEN, clone] = st[LEN, p] + 1
     st[FPOS, clone] = st[FPOS, q]
     st[LINK, clone] = st[LINK, q]

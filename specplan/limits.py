@@ -1,0 +1,87 @@
+"""Sizes a run cannot hold, refused before any work: an estimate of the memory that replicas,
+closed-loop clients and requests take, against this machine's physical memory.
+
+The per-unit figures were measured on a small run of the bundled simulator (synthetic 16-token
+prompts, 8-token outputs, alpha acceptance, 64 requests) under ``tracemalloc`` (peak bytes
+allocated, numpy's buffers included) and the process's peak RSS:
+
+- a replica (``cluster.replicas``, ``capacity --max-replicas``): 2 -> 256 replicas raised the peak
+  by 155 MB (611 KB each; RSS, which counts only the pages touched: 147 KB each), the same at 64
+  and at 1024 requests, so it is per replica, not per request; 647 KB once a replica kept its
+  sequence slots as TensorRT-LLM does. ``REPLICA_BYTES`` takes the allocated figure with a margin:
+  a longer run touches what it allocated.
+- a closed-loop client (``workload.concurrency``, one SimPy process each, however few requests it
+  sends): 1 000 -> 100 000 clients raised the peak by 80 MB (810 B each; RSS 0.91 KB each).
+- a request: about 5 KB (``config.MAX_REQUESTS``, from ``benchmarks/bench_memory.py``).
+
+The machine's memory is the physical total (``SC_PHYS_PAGES * SC_PAGE_SIZE``, else ``/proc/meminfo``):
+a run estimated above it cannot finish, whatever else is running; one below it may still be slow.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+REPLICA_BYTES = 800_000
+CLIENT_BYTES = 1_000
+REQUEST_BYTES = 5_000
+
+
+def machine_memory_bytes() -> Optional[int]:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n / 1e3:.3g} KB"
+
+
+def memory_refusal(parts: dict[str, tuple[int, int, str]]) -> Optional[tuple[str, str]]:
+    """``(field, message)`` when the parts cannot fit this machine, else None.
+
+    ``parts`` maps the setting that sizes each part (a config field or an option) to ``(count,
+    bytes each, what is counted)``; the setting named is the one whose part is largest, with the
+    estimate, the machine's memory and the fix."""
+    memory = machine_memory_bytes()
+    total = sum(count * each for count, each, _ in parts.values())
+    if memory is None or total <= memory:
+        return None
+    field, (count, each, noun) = max(parts.items(), key=lambda kv: kv[1][0] * kv[1][1])
+    rest = total - count * each
+    others = f" plus {_size(rest)} for the rest of the run" if rest else ""
+    room = max(1, (memory - rest) // each)
+    return field, (f"{count:,} {noun} need about {_size(count * each)} of memory ({_size(each)} each{others}) but "
+                   f"this machine has {_size(memory)}; lower {field} (at most about {room:,} fit)")
+
+
+def run_parts(replicas: int, clients: int, requests: int,
+              replicas_setting: str = "cluster.replicas") -> dict[str, tuple[int, int, str]]:
+    """The parts of one run's memory, keyed by the setting that sizes each (the replicas' is an option
+    where a command chooses them, ``capacity --max-replicas``)."""
+    return {replicas_setting: (replicas, REPLICA_BYTES, "replicas"),
+            "workload.concurrency": (clients, CLIENT_BYTES, "closed-loop clients"),
+            "workload.num_requests": (requests, REQUEST_BYTES, "requests")}
+
+
+def fleet_refusal(cfg, replicas: int, setting: str = "cluster.replicas") -> Optional[tuple[str, str]]:
+    """``(setting, message)`` when a fleet of ``replicas`` copies of ``cfg``'s engine serving its workload
+    cannot fit this machine, else None; ``setting`` is what chose the fleet size (``cluster.replicas``, or
+    a command's option such as ``capacity --max-replicas``)."""
+    w = cfg.workload
+    return memory_refusal(run_parts(replicas, w.concurrency if w.arrival == "closed_loop" else 0,
+                                    w.num_requests, setting))
