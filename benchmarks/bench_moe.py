@@ -1,8 +1,9 @@
 """Simulator speed on a mixture-of-experts model against a dense one, in CPU seconds.
 
-``python benchmarks/bench_moe.py``: the steady scenario of ``bench_executor.py`` (64 closed-loop
-clients, K = 4, roofline on H200) run on Llama-3.1-8B and on Qwen3-30B-A3B (top-8 of 128 experts,
-priced per step with the distinct-experts term), then on gpt-oss-20b (MXFP4 experts, sliding window).
+``python benchmarks/bench_moe.py``: the steady scenario of ``bench_executor.py``
+(``scenarios/steady.yaml``: 64 closed-loop clients, K = 4, roofline on H200) run on Llama-3.1-8B and
+on Qwen3-30B-A3B (top-8 of 128 experts, priced per step with the distinct-experts term), then on
+gpt-oss-20b (MXFP4 experts, sliding window).
 The MoE price is compiled with the rest of the step (``roofline_parts``), so the in-loop CPU seconds
 per iteration should stay within 10% of the dense model's. Best of ``--repeat`` runs after a warm-up;
 the last two columns time the compiled step price alone (nanoseconds per call, best of five).
@@ -13,13 +14,17 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from pathlib import Path
 
+import yaml
 from numba import njit
 
-from bench_executor import STEADY, measure
+from loop_timer import measure
 from specplan.config import CostConfig
 from specplan.cost_models.registry import make_cost_model
 from specplan.cost_models.roofline import roofline_step_time
+
+STEADY = yaml.safe_load((Path(__file__).parent / "scenarios" / "steady.yaml").read_text())
 
 
 @njit(cache=True)

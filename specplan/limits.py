@@ -10,8 +10,10 @@ allocated, numpy's buffers included) and the process's peak RSS:
   and at 1024 requests, so it is per replica, not per request; 647 KB once a replica kept its
   sequence slots as TensorRT-LLM does. ``REPLICA_BYTES`` takes the allocated figure with a margin:
   a longer run touches what it allocated.
-- a closed-loop client (``workload.concurrency``, one SimPy process each, however few requests it
-  sends): 1 000 -> 100 000 clients raised the peak by 80 MB (810 B each; RSS 0.91 KB each).
+- a closed-loop client (``workload.concurrency``, one SimPy process each; only as many clients start
+  as there are requests): 1 000 -> 5 000 clients of 5 000 requests raised the peak by 3.8 MB (about
+  960-1 020 B each; 880 B at 20 000 requests); ``CLIENT_BYTES`` takes it with a
+  margin.
 - a request: about 5 KB (``config.MAX_REQUESTS``, from ``benchmarks/bench_memory.py``).
 
 The machine's memory is the physical total (``SC_PHYS_PAGES * SC_PAGE_SIZE``, else ``/proc/meminfo``):
@@ -24,7 +26,7 @@ import os
 from typing import Optional
 
 REPLICA_BYTES = 800_000
-CLIENT_BYTES = 1_000
+CLIENT_BYTES = 1_200
 REQUEST_BYTES = 5_000
 
 
@@ -83,5 +85,6 @@ def fleet_refusal(cfg, replicas: int, setting: str = "cluster.replicas") -> Opti
     cannot fit this machine, else None; ``setting`` is what chose the fleet size (``cluster.replicas``, or
     a command's option such as ``capacity --max-replicas``)."""
     w = cfg.workload
-    return memory_refusal(run_parts(replicas, w.concurrency if w.arrival == "closed_loop" else 0,
+    clients = min(w.concurrency, w.num_requests) if w.arrival == "closed_loop" else 0  # the clients that start
+    return memory_refusal(run_parts(replicas, clients,
                                     w.num_requests, setting))

@@ -378,7 +378,6 @@ NUMBER_FIELDS = [  # (extra --set items, the bad item, the field named)
     ([], "max_sim_time_s=.inf", "max_sim_time_s"),
     ([], "slo_ttft_s=.nan", "slo_ttft_s"),
     ([], "cluster.replicas=1000000000", "cluster.replicas"),  # ~640 TB of replicas
-    (["workload.arrival=closed_loop"], "workload.concurrency=1000000000000", "workload.concurrency"),
     # conflicting and repeated settings
     (["engine.kv_num_blocks=1000"], "engine.kv_budget_gb=10", "kv_budget_gb"),
     ([], "cluster.tp=[4]", "cluster.tp"),

@@ -36,7 +36,8 @@ def test_json_output_with_baseline(tmp_path):
     assert data["baseline"]["mean_acceptance_length"] is None
     assert "Simulating 30 requests" in out.stderr  # says first what it simulates
     req = pd.read_parquet(tmp_path / "run" / "speculative" / "requests.parquet")
-    assert len(req) == 30 and (tmp_path / "run" / "baseline" / "iterations.csv").exists()
+    assert len(req) == 30 and (tmp_path / "run" / "baseline" / "iterations.parquet").exists()
+    assert not list((tmp_path / "run").rglob("*.csv"))  # CSV only with --csv
 
 
 def test_set_overrides_and_bad_field_one_line(tmp_path):
@@ -61,7 +62,7 @@ def test_fleet_prints_and_returns_each_replica_from_its_own_requests(tmp_path):
     out = run_cli("simulate", str(cfg), "--format", "json", "--out", str(tmp_path / "run"))
     assert out.returncode == 0, out.stderr
     per = json.loads(out.stdout)["per_replica"]
-    req = pd.read_csv(tmp_path / "run" / "requests.csv")
+    req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     for i, rep in enumerate(per):
         mine = req[req.replica == i]
         assert rep["requests"] == len(mine) == rep["completed_requests"] and rep["tp"] == 1

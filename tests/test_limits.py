@@ -48,13 +48,15 @@ REQUESTS_BYTES = TINY["workload"]["num_requests"] * limits.REQUEST_BYTES
 @pytest.mark.parametrize("sections,field,unit,rest", [
     # poisson arrivals: no clients; the rest is the requests
     ({"cluster": {"replicas": 1_000}}, "cluster.replicas", limits.REPLICA_BYTES, REQUESTS_BYTES),
-    # one replica, plus the requests
-    ({"workload": {"arrival": "closed_loop", "concurrency": 1_000_000}}, "workload.concurrency", limits.CLIENT_BYTES,
-     REQUESTS_BYTES + limits.REPLICA_BYTES),
+    # 1,000 requests, each sent by a client of its own (concurrency beyond the requests starts no client),
+    # plus one replica: the requests are the largest part
+    ({"workload": {"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 1_000}}, "workload.num_requests",
+     limits.REQUEST_BYTES + limits.CLIENT_BYTES, limits.REPLICA_BYTES),
 ])
 def test_config_refused_at_the_boundary_the_estimate_draws(monkeypatch, sections, field, unit, rest):
     (section, values), = sections.items()
-    (key, count), = ((k, v) for k, v in values.items() if isinstance(v, int))
+    key = field.split(".")[1]
+    count = values[key]
     monkeypatch.setattr(limits, "machine_memory_bytes", lambda: count * unit + rest)
     build_config(_doc(**sections))  # exactly fits
     with pytest.raises(ConfigError, match=f"{field}: {count + 1:,} .* but this machine has"):
@@ -64,8 +66,9 @@ def test_config_refused_at_the_boundary_the_estimate_draws(monkeypatch, sections
 def test_open_loop_concurrency_is_not_counted(monkeypatch):
     monkeypatch.setattr(limits, "machine_memory_bytes", lambda: 10**8)
     build_config(_doc(workload={"arrival": "poisson", "concurrency": 10**9}))  # no clients without closed_loop
-    with pytest.raises(ConfigError, match="workload.concurrency"):
-        build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9}))
+    build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9}))  # 16 requests: 16 clients start
+    with pytest.raises(ConfigError, match="workload.num_requests"):  # clients and requests both count
+        build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 20_000}))
 
 
 def test_capacity_max_replicas_refused_before_any_work(tmp_path, capsys):
@@ -101,6 +104,7 @@ def test_per_replica_and_per_client_figures_bound_a_measured_run():
     per_replica = (_peak_bytes(_doc(cluster={"replicas": 34})) - _peak_bytes(_doc(cluster={"replicas": 2}))) / 32
     assert limits.REPLICA_BYTES / 5 < per_replica <= limits.REPLICA_BYTES
     closed = {"arrival": "closed_loop"}
+    closed["num_requests"] = 5_000  # a client for each request: one without a request never starts
     per_client = (_peak_bytes(_doc(workload={**closed, "concurrency": 5_000}))
                   - _peak_bytes(_doc(workload={**closed, "concurrency": 1_000}))) / 4_000
     assert limits.CLIENT_BYTES / 5 < per_client <= limits.CLIENT_BYTES

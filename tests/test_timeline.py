@@ -29,7 +29,7 @@ def _load(path):
 def test_one_complete_event_per_iteration_with_its_record(run):
     out, summary = run
     for sub, n_iter in (("speculative", summary["iterations"]), ("baseline", summary["baseline"]["iterations"])):
-        its = pd.read_csv(out / sub / "iterations.csv")
+        its = pd.read_parquet(out / sub / "iterations.parquet")
         _, events = _load(out / sub / "timeline.json")
         iters = [e for e in events if e.get("cat") == "iteration"]
         assert len(iters) == len(its) == n_iter
@@ -46,7 +46,7 @@ def test_one_complete_event_per_iteration_with_its_record(run):
 
 def test_request_spans_follow_the_requests_table_and_nest_per_lane(run):
     out, _ = run
-    reqs = pd.read_csv(out / "speculative" / "requests.csv")
+    reqs = pd.read_parquet(out / "speculative" / "requests.parquet")
     _, events = _load(out / "speculative" / "timeline.json")
     spans = [e for e in events if e.get("cat") == "request"]
     assert len(spans) == 2 * len(reqs)

@@ -101,31 +101,58 @@ class _PerRequestUniforms:
         self._meta[:, _SIZE] = sizes
         self._meta[:, _OUTPUT_LEN] = output_lens
         self._seed = seed
-        self._u: np.ndarray | None = None  # drawn on first use: a run without speculation never asks
+        self._total = int(sizes.sum())
+        # The uniforms from ``_base``, drawn when first needed (a run without speculation never
+        # asks): a window of the stream around the requests drafting, not the whole of it (4 bytes
+        # an output token: 0.6 GB for a million requests).
+        self._u, self._base = np.zeros(0, dtype=np.float32), 0
 
     def draft(self, rids: np.ndarray, committed: np.ndarray, k: int, survival: np.ndarray):
         """Each row's drafted count (``draft_budget``'s rule) and accepted count: how many of
         ``survival`` its next uniform is below, capped at drafted (the inverse-CDF draw of the
         accepted prefix); one compiled pass."""
-        if self._u is None:
-            self._u = np.random.default_rng(self._seed).random(int(self._meta[:, _SIZE].sum()), dtype=np.float32)
-        return _draw_accepted(rids, committed, k, survival, self._u, self._meta)
+        drafted, accepted, lo, hi = _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta)
+        if len(drafted) == len(rids):
+            return drafted, accepted
+        self._window(lo, hi)
+        return _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta)[:2]
+
+    def _window(self, lo: int, hi: int) -> None:
+        # The stream's uniforms lo..hi and on, as one draw of them all would give them: the float32
+        # draws take 32-bit halves of the generator's 64-bit words, low half first, so value i is
+        # word i // 2's, reached by advancing the generator (the same values, bit for bit).
+        end = min(self._total, hi + _WINDOW)  # room ahead: a window ending at hi would be drawn again next step
+        bits = np.random.default_rng(self._seed).bit_generator
+        bits.advance(lo // 2)
+        self._u = np.random.Generator(bits).random(end - lo + lo % 2, dtype=np.float32)[lo % 2:]
+        self._base = lo
+
+
+_WINDOW = 1 << 22  # uniforms drawn at a time (16 MiB)
 
 
 @njit(cache=True)
-def _draw_accepted(rids, committed, k, survival, u, meta):
+def _draw_accepted(rids, committed, k, survival, u, base, meta):
+    # Drafted and accepted per row; when a row's uniforms lie outside u (from ``base``), nothing is
+    # drawn: two empty arrays and the span of offsets the rows need.
+    lo, hi = np.iinfo(np.int64).max, 0
+    for i in range(len(rids)):
+        m = meta[rids[i]]
+        lo, hi = min(lo, m[_OFFSET]), max(hi, m[_OFFSET] + m[_SIZE])
+    if len(rids) and (lo < base or hi > base + len(u)):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), lo, hi
     drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
         m = meta[rids[i]]
         drafted[i] = _budget(k, m[_OUTPUT_LEN], committed[i])
-        x = u[m[_OFFSET] + min(m[_STEPS], m[_SIZE] - 1)]
+        x = u[m[_OFFSET] - base + min(m[_STEPS], m[_SIZE] - 1)]
         m[_STEPS] += 1
         hits = 0
         for s in survival:
             if x < s:
                 hits += 1
         accepted[i] = min(hits, drafted[i])
-    return drafted, accepted
+    return drafted, accepted, lo, hi
 
 
 class SurvivalOracle(AcceptanceOracle):

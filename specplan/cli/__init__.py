@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
+import os
 import sys
+import threading
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -80,14 +84,40 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def console() -> None:
-    """The ``specplan`` executable and ``python -m specplan``: ``main``, then, as the process ends,
-    the collector frozen, which spares the interpreter's final passes over every object the run
-    built (a third of a CPU-second after a 10k-request run; the memory goes back to the system
-    either way). In-process callers use ``main``."""
+    """The ``specplan`` executable and ``python -m specplan``: ``main``, then the process ends at once.
+
+    Once the command has returned (or exited with its status), what the process registered to run at
+    exit runs (``atexit``: pools, finalizers, log handlers), stdout and stderr are flushed and the
+    process leaves with ``os._exit``: the interpreter's teardown (every module's clean-up, the
+    collector's last passes over what the run built, numba's and LLVM's shutdown) is work nobody
+    reads. A command that raised anything else ends as Python ends it (its traceback). In-process
+    callers (tests, ``CliRunner``) use ``main``, which returns or raises ``SystemExit`` as usual.
+    """
     try:
         main()
-    finally:
-        gc.freeze()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    _end_process(code)
+
+
+def _end_process(code) -> NoReturn:
+    """Leave with ``code`` (``sys.exit``'s reading of it) without the interpreter's teardown."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    gc.freeze()  # where Python's own exit runs after all (below), its collector skips what the run built
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)  # a thread Python's exit would wait for (a pool's manager, say): exit as Python does
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe (``| head``): Python's own exit reports it as usual
+        sys.exit(code)
+    os._exit(code)
 
 
 def _exit_types() -> tuple[type, ...]:

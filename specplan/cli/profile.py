@@ -18,14 +18,6 @@ from rich.table import Table
 
 from specplan.cli.choices import TableFormat
 from specplan.cli.output import console as make_console
-from specplan.cost_models.gamma import gamma_view, plot_view, render_table
-from specplan.cost_models.hardware import GPUS
-from specplan.cost_models.models import catalogue_names
-from specplan.cost_models.registry import (
-    bundled_profile_names,
-    cost_model_from_profile,
-    load_profile,
-)
 from specplan.errors import ConfigError
 from specplan.outputs import check_output_file
 
@@ -37,6 +29,11 @@ NAME_HELP = "Profile file, or bundled name GPU/MODEL or GPU/MODEL/tpN (e.g. h200
 @profile_app.command("list")
 def list_profiles() -> None:
     """List the bundled profiles, whether each is measured or analytic, and where it comes from."""
+    # The cost models are imported in each command: they compile with numba, which ``specplan.cli`` does not load.
+    from specplan.cost_models.hardware import GPUS
+    from specplan.cost_models.models import catalogue_names
+    from specplan.cost_models.registry import bundled_profile_names, load_profile
+
     table = Table(show_header=True, header_style="bold")
     for col in ("name", "kind", "source"):
         table.add_column(col)
@@ -56,6 +53,9 @@ def show(
     fmt: TableFormat = typer.Option(TableFormat.table, "--format", case_sensitive=False),
 ) -> None:
     """Print T(B, 1) and gamma(B, K) for B = 1..256 and K = 1..8."""
+    from specplan.cost_models.gamma import gamma_view, render_table
+    from specplan.cost_models.registry import cost_model_from_profile
+
     model = cost_model_from_profile(name)
     view = gamma_view(model, context)
     if fmt == "json":
@@ -76,6 +76,9 @@ def plot(
     where they extrapolate past its calibration grid, the batch sizes beyond it shaded."""
     check_output_file(out)
     from matplotlib.backend_bases import FigureCanvasBase
+
+    from specplan.cost_models.gamma import gamma_view, plot_view
+    from specplan.cost_models.registry import cost_model_from_profile, load_profile
 
     kinds = FigureCanvasBase.get_supported_filetypes()  # what savefig can write, by extension
     if out.suffix and out.suffix[1:].lower() not in kinds:

@@ -12,7 +12,6 @@ from rich.table import Table
 
 from specplan.cli.choices import Backend, number_list, positive_number
 from specplan.cli.output import console as make_console
-from specplan.simulator.k_bands import format_shares
 
 SUMMARY_FILE = "recommendation.json"
 NO_CONFIG_EXIT = 3  # the search ran, but no candidate has goodput under the SLOs (README, "recommend")
@@ -72,6 +71,8 @@ def _print_search(console: Console, rec, bands_of) -> None:
 
 def _print_export(console: Console, exp, scenarios, k_bands: Optional[str]) -> None:
     """One written file and its simulated figures, each next to the same engine without speculation."""
+    from specplan.simulator.k_bands import format_shares  # imported here: ``specplan.cli`` loads no numba
+
     what = "speculation" if exp.speculates else "no speculation (the engine's plain config)"
     console.print(f"{exp.path} ({exp.engine}, {what})" + (f"; {exp.note}" if exp.note else "") + ":", markup=False)
     if exp.error:

@@ -12,6 +12,7 @@ from rich.table import Table
 from specplan.cli.choices import SimulateFormat
 from specplan.config import SimConfig, load_config
 from specplan.errors import ConfigError
+from specplan.simulator.table_files import FORMATS, TABLES
 
 SUMMARY_KEYS = (
     "completed_requests", "output_tokens", "throughput_tok_s", "goodput_tok_s", "mean_acceptance_length", "acceptance_rate",
@@ -21,7 +22,7 @@ SUMMARY_KEYS = (
 
 
 # What simulate --out writes (run.save's tables and summary; speculative/ and baseline/ with --baseline).
-SIMULATE_OUTPUTS = tuple(f"{name}.{ext}" for name in ("requests", "iterations", "emissions") for ext in ("parquet", "csv")) + (
+SIMULATE_OUTPUTS = tuple(f"{name}.{ext}" for name in TABLES for ext in FORMATS) + (
     "summary.json", "config.yaml", "timeline.json", "speculative", "baseline")
 
 
@@ -154,7 +155,8 @@ def simulate(
     baseline: bool = typer.Option(False, "--baseline", help="Also run without speculation and report the speedup."),
     fmt: SimulateFormat = typer.Option(SimulateFormat.table, "--format", case_sensitive=False,
                                        help="Latencies in ms in table and csv; a fleet's replicas in table and json."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Write tables (Parquet, CSV) and summary here."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Write tables (Parquet) and summary here."),
+    csv: bool = typer.Option(False, "--csv", help="With --out: also write each table as CSV."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Clear --out first if it holds another run."),
     timeline: bool = typer.Option(False, "--timeline", help="With --out: also write timeline.json (Chrome trace "
                                   "events; open in Perfetto)."),
@@ -167,6 +169,8 @@ def simulate(
 
     if timeline and out is None:
         raise ConfigError("--timeline: give --out DIR to write timeline.json into")
+    if csv and out is None:
+        raise ConfigError("--csv: give --out DIR to write the CSV tables into")
     from specplan.engine_config import engine_config_layer
 
     cfg = load_config(config, set_, engine_config_layer(engine_config))
@@ -198,7 +202,7 @@ def simulate(
     if out is not None:
         for run, where in ((result, out / "speculative" if base else out), (base, out / "baseline")):
             if run is not None:
-                run.save(where)
+                run.save(where, csv=csv)
                 if timeline:
                     from specplan.reports.timeline import write_timeline
 

@@ -8,11 +8,10 @@ Sources: TensorRT-LLM ``_torch/speculative/{utils,drafter,speculation_gate}.py``
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import deque
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from numba import njit, vectorize
+from numba import njit
 
 from specplan.config_rules import CTX_INFINITY
 
@@ -98,6 +97,13 @@ def should_use_spec_decode(
     """TensorRT-LLM ``Drafter.should_use_spec_decode`` (current version): the batch gate."""
     if max_concurrency is None:
         return True
+    return bool(concurrency_allows.py_func(num_active, max_batch_size, max_num_tokens, k, max_concurrency))
+
+
+@njit(cache=True)
+def concurrency_allows(num_active, max_batch_size, max_num_tokens, k, max_concurrency):
+    """``should_use_spec_decode`` with a ``max_concurrency`` (compiled for the spans; Python calls
+    its ``py_func``, as it does ``verified_width``'s)."""
     if num_active <= 0 or max_batch_size <= 0 or max_num_tokens <= 0:
         return False
     token_cap = max_num_tokens // (1 + k)
@@ -138,10 +144,12 @@ STATIC_WIDTH, RUNTIME_WIDTH, DRAFT_WIDTH = 0, 1, 2
 VERIFY_WIDTHS = {"static": STATIC_WIDTH, "runtime": RUNTIME_WIDTH, "draft": DRAFT_WIDTH}
 
 
-@vectorize(["int64(int64, int64, int64, int64)"], cache=True)
+# A scalar kernel, not a ufunc: an eagerly typed ``@vectorize`` initialises numba's CPU target at
+# import. Python callers pass an array of drafts to ``verified_width.py_func`` (numpy broadcasts).
+@njit(cache=True)
 def verified_width(verify_width, k, k_static, drafted):
-    """Draft positions a drafting row verifies (elementwise over ``drafted``): ``static`` K_static
-    (CUDA-graph padding), ``runtime`` K, or ``draft`` what it drafted (``VERIFY_WIDTHS`` codes)."""
+    """Draft positions a drafting row verifies: ``static`` K_static (CUDA-graph padding), ``runtime``
+    K, or ``draft`` what it drafted (``VERIFY_WIDTHS`` codes)."""
     return k_static if verify_width == STATIC_WIDTH else (k if verify_width == RUNTIME_WIDTH else drafted)
 
 
@@ -189,29 +197,47 @@ class _LatchingWindow:
     """Rolling mean over the last ``window`` samples that latches off below ``threshold``.
 
     The decision is only taken once at least ``window`` samples were recorded (warm-up), and once
-    tripped it stays tripped (the engines only clear it with ``reset()``).
+    tripped it stays tripped (the engines only clear it with ``reset()``). The window is a ring
+    buffer in arrays, pushed by ``latch_push``, so a compiled span feeds the same gate.
     """
 
     def __init__(self, window: int, threshold: float) -> None:
         self.window = window
         self.threshold = threshold
-        self._samples: deque[float] = deque()
-        self._sum = 0.0
-        self.num_recorded = 0
-        self.disabled = False
+        self.ring = np.zeros(window)  # the last ``window`` samples, the next one at num_recorded % window
+        self.total = np.zeros(1)  # their running sum, updated as the engine's deque sum is
+        self.counts = np.zeros(2, dtype=np.int64)  # samples recorded, latched
+
+    @property
+    def num_recorded(self) -> int:
+        return int(self.counts[0])
+
+    @property
+    def disabled(self) -> bool:
+        return bool(self.counts[1])
 
     def _push(self, sample: float) -> bool:
-        if self.disabled:
-            return False
-        self._samples.append(sample)
-        self._sum += sample
-        if len(self._samples) > self.window:
-            self._sum -= self._samples.popleft()
-        self.num_recorded += 1
-        if self.num_recorded >= self.window and self._sum / len(self._samples) < self.threshold:
-            self.disabled = True
-            return True
+        return bool(latch_push.py_func(self.ring, self.total, self.counts, self.threshold, sample))
+
+
+@njit(cache=True)
+def latch_push(ring, total, counts, threshold, sample):
+    """Record one sample in a ``_LatchingWindow``'s arrays; True when it latches the window
+    (compiled for the spans; Python calls its ``py_func``)."""
+    if counts[1]:
         return False
+    window = ring.shape[0]
+    recorded = counts[0]
+    oldest = ring[recorded % window]
+    ring[recorded % window] = sample
+    total[0] += sample
+    if recorded >= window:  # the deque held a full window: its oldest sample leaves
+        total[0] -= oldest
+    counts[0] = recorded + 1
+    if counts[0] >= window and total[0] / min(counts[0], window) < threshold:
+        counts[1] = 1
+        return True
+    return False
 
 
 class SpeculationGate(_LatchingWindow):
@@ -243,6 +269,10 @@ class LegacySpeculationGate(_LatchingWindow):
         return self._push(max(0.0, generated_tokens / decoding_iterations - 1.0))
 
 
+#: ``gate_sample``'s denominators as the compiled ``sample_rate`` takes them.
+GATE_DENOMINATORS = {"drafted": 0, "padded": 1, "static": 2, "runtime": 3}
+
+
 def gate_sample(denominator: str, accepted: int, drafted: int, verified: int, k: int, k_static: int,
                 gen_rows: int) -> Optional[float]:
     """One SpeculationGate sample for an iteration that speculated, from the step's sums over its
@@ -255,8 +285,16 @@ def gate_sample(denominator: str, accepted: int, drafted: int, verified: int, k:
     per generation row whatever the schedule's runtime K (``SAWorker`` records no effective length),
     so an iteration where nothing matched records a 0 sample. ``runtime``: the schedule's K per row.
     """
-    if denominator in ("static", "runtime"):
-        total = (k_static if denominator == "static" else k) * gen_rows
-        return accepted / total if total > 0 else None
-    denom = drafted if denominator == "drafted" else verified
-    return accepted / denom if drafted > 0 and denom > 0 else None
+    rate = sample_rate.py_func(GATE_DENOMINATORS[denominator], accepted, drafted, verified, k, k_static, gen_rows)
+    return None if rate < 0 else rate
+
+
+@njit(cache=True)
+def sample_rate(denominator, accepted, drafted, verified, k, k_static, gen_rows):
+    """``gate_sample`` with its ``GATE_DENOMINATORS`` code, -1.0 for none (compiled for the spans;
+    Python calls its ``py_func``)."""
+    if denominator >= 2:
+        total = (k_static if denominator == 2 else k) * gen_rows
+        return accepted / total if total > 0 else -1.0
+    denom = drafted if denominator == 0 else verified
+    return accepted / denom if drafted > 0 and denom > 0 else -1.0

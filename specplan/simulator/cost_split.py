@@ -19,8 +19,9 @@ for the context-free ``linear_gamma`` and ``table`` models the split is exact.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
-import pandas as pd
 
 from specplan.cost_models.base import CostModel, StepBatch
 
@@ -34,24 +35,27 @@ def _forward(cost: CostModel, rows: int, positions: int, context: int) -> float:
     return cost.step_time(StepBatch(q, np.full(rows, context, dtype=np.int64), np.zeros(rows, dtype=bool)))
 
 
-def cost_terms(iterations: pd.DataFrame, cost: CostModel, kv_block_size: int) -> dict:
+def cost_terms(iterations: Mapping, cost: CostModel, kv_block_size: int) -> dict:
     """Seconds per term (``TERMS``) summed over the speculating decode steps, how many there were,
-    and their mean rows and K (where gamma is read: a schedule's K is not ``max_draft_len``)."""
-    steady = iterations[iterations["spec_on"].astype(bool) & (iterations["prefill_tokens"] == 0)
-                        & (iterations["gen_rows"] > 0)]
+    and their mean rows and K (where gamma is read: a schedule's K is not ``max_draft_len``).
+    ``iterations`` is the iteration table or its columns (``SimResult.table_columns``)."""
+    col = lambda name: np.asarray(iterations[name])  # noqa: E731
+    steady = np.flatnonzero(col("spec_on").astype(bool) & (col("prefill_tokens") == 0) & (col("gen_rows") > 0))
+    rows = zip(*(col(name)[steady].tolist() for name in ("gen_rows", "kv_blocks_used", "accepted", "drafted",
+                                                          "verified_tokens", "step_s")))
     total = dict.fromkeys(TERMS, 0.0)
     priced: dict[tuple[int, int, int], float] = {}  # steady steps repeat shapes (context moves by blocks)
-    for it in steady.itertuples(index=False):
-        b = int(it.gen_rows)
-        ctx = int(it.kv_blocks_used * kv_block_size // b)
+    for b, blocks, accepted, drafted, verified, step_s in rows:
+        ctx = blocks * kv_block_size // b
         t = []
-        for n in (b, b + int(it.accepted), b + int(it.drafted), int(it.verified_tokens)):
+        for n in (b, b + accepted, b + drafted, verified):
             if (b, n, ctx) not in priced:
                 priced[b, n, ctx] = _forward(cost, b, n, ctx)
             t.append(priced[b, n, ctx])
-        parts = (t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], it.step_s - t[3])
+        parts = (t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], step_s - t[3])
         for name, value in zip(TERMS, parts):
             total[name] += float(value)
     n = len(steady)
     return {**{f"{k}_s": v for k, v in total.items()}, "steps": int(n),
-            "mean_rows": float(steady["gen_rows"].mean()) if n else 0.0, "mean_k": float(steady["k"].mean()) if n else 0.0}
+            "mean_rows": float(col("gen_rows")[steady].mean()) if n else 0.0,
+            "mean_k": float(col("k")[steady].mean()) if n else 0.0}

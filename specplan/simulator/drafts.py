@@ -53,7 +53,7 @@ def prepare_draft_tokens(oracle: AcceptanceOracle, st: RequestState, d: Schedule
         drafted[held] = np.minimum(st.pending_drafted[rows[held]], room[held])
         accepted[held] = np.minimum(st.pending_accepted[rows[held]], drafted[held])
         drafted, accepted = drafted[drafting], accepted[drafting]
-    q[drafting] = np.where(ctx[drafting], q[drafting], 1) + verified_width(verify_width, k, k_static, drafted)
+    q[drafting] = np.where(ctx[drafting], q[drafting], 1) + verified_width.py_func(verify_width, k, k_static, drafted)
     return drafting, drafted, accepted, q
 
 

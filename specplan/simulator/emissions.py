@@ -1,15 +1,21 @@
 """The run's trace and its logs, kept as growing numpy columns rather than Python objects per iteration: a
 100,000-request run emits millions of chunks, and per-object overhead would dominate its memory and
-time. The compiled step writes rows in place; the executor only makes room."""
+time. The compiled step writes rows in place; the executor only makes room.
+
+A log holds at most a chunk in memory (``spill.CHUNK_ROWS`` emission rows, an eighth as many of the
+ten-times-wider iteration rows): when the executor makes room in a full one, its rows go to disk and
+it starts again in the same arrays, between steps, so compiled code never sees them change."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
 from specplan import memory
+from specplan.simulator import spill
+from specplan.simulator.spill import Spill
 
 _FIRST_CAPACITY = 1 << 12
 _MOST_AT_FIRST = 1 << 26
@@ -21,6 +27,7 @@ ITERATION_FIELDS = (
     "kv_blocks_used", "charged_tokens", "kv_reserved_tokens", "verified_draft_tokens",
 )
 _FLOAT_FIELDS = ("start_s", "step_s")
+EMISSION_FIELDS = ("request", "time", "tokens")
 
 
 def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
@@ -37,31 +44,50 @@ class EmissionLog:
 
     ``capacity`` is the rows to make room for at first: the executor gives the output tokens it
     expects (a row commits at least one), so a run seldom grows its log. Room never written costs
-    no memory, while each doubling copies the log into fresh pages; past ``_MOST_AT_FIRST`` rows
-    (1 GiB of address space) the log grows instead."""
+    no memory, while each doubling copies the log into fresh pages; it grows to ``chunk_rows`` at
+    most, and a full chunk goes to disk (``n`` counts the rows in memory, ``len`` all of them)."""
 
-    def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
+    def __init__(self, capacity: int = _FIRST_CAPACITY, chunk_rows: Optional[int] = None) -> None:
         self.n = 0
-        capacity = min(max(capacity, 1), _MOST_AT_FIRST)
+        self.chunk_rows = chunk_rows = spill.CHUNK_ROWS if chunk_rows is None else chunk_rows
+        capacity = min(max(capacity, 1), _MOST_AT_FIRST, chunk_rows)
         self.request = memory.empty(capacity, np.int32)
         self.time = memory.empty(capacity, np.float64)
         self.tokens = memory.empty(capacity, np.int32)
+        self.spill: Optional[Spill] = None  # the chunks on disk, once there are any
 
     def __len__(self) -> int:
-        return self.n
+        return self.n + (self.spill.rows if self.spill else 0)
 
     def reserve(self, m: int) -> None:
-        """Make room for ``m`` more rows after the ``n`` recorded."""
+        """Make room for ``m`` more rows after the ``n`` recorded: a full chunk goes to disk first."""
+        if self.n + m > len(self.request) and self.n and len(self.request) >= self.chunk_rows:
+            self.spill = self.spill or Spill("emissions")
+            self.spill.write(dict(zip(EMISSION_FIELDS, self._held())))
+            self.n = 0
         end = self.n + m
         if end > len(self.request):
-            capacity = max(2 * len(self.request), end)
+            capacity = max(min(2 * len(self.request), self.chunk_rows), end)
             self.request, self.time, self.tokens = (_grown(a, self.n, capacity) for a in (self.request, self.time, self.tokens))
+
+    def _held(self, names: tuple[str, ...] = EMISSION_FIELDS) -> tuple[np.ndarray, ...]:
+        return tuple(getattr(self, name)[:self.n] for name in names)
+
+    def chunks(self, names: tuple[str, ...] = EMISSION_FIELDS) -> Iterator[tuple[np.ndarray, ...]]:
+        """The ``names`` columns (of ``EMISSION_FIELDS``) chunk by chunk, in the order emitted: those
+        on disk, then the rows in memory (views)."""
+        if self.spill:
+            yield from self.spill.read(names)
+        yield self._held(names)
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Request, time and tokens columns over the rows recorded: views, not copies (the spare
         capacity was never written, so it holds no memory, and a copy of a 100k-request log is
-        hundreds of megabytes of fresh pages)."""
-        return self.request[:self.n], self.time[:self.n], self.tokens[:self.n]
+        hundreds of megabytes of fresh pages); a log with chunks on disk reads them all back."""
+        if not self.spill:
+            return self._held()
+        parts = list(self.chunks())
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
 class IterationLog:
@@ -69,27 +95,38 @@ class IterationLog:
     below 2**53) that doubles when full; ``column`` gives each field in its own dtype.
 
     ``capacity`` is the rows to make room for at first (the executor's estimate of its steps): room
-    never written costs no memory, while each doubling copies the log into fresh pages."""
+    never written costs no memory, while each doubling copies the log into fresh pages. It grows to
+    ``chunk_rows`` at most; a full chunk goes to disk, a file per field (``n`` counts the rows in
+    memory, ``len`` all of them)."""
 
-    def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
+    def __init__(self, capacity: int = _FIRST_CAPACITY, chunk_rows: Optional[int] = None) -> None:
         self.n = 0
+        self.chunk_rows = chunk_rows = spill.CHUNK_ROWS // 8 if chunk_rows is None else chunk_rows
         with memory.small_pages():  # zeroed lazily: only the rows written are ever touched
-            rows = min(max(capacity, _FIRST_CAPACITY), _MOST_AT_FIRST // 8)  # 1 GiB of address space at most
+            rows = min(max(capacity, _FIRST_CAPACITY), _MOST_AT_FIRST // 8, max(chunk_rows, 1))
             self.rows = np.zeros((rows, len(ITERATION_FIELDS)))
+        self.spill: Optional[Spill] = None
 
     def __len__(self) -> int:
-        return self.n
+        return self.n + (self.spill.rows if self.spill else 0)
 
     def reserve(self) -> None:
-        """Make room for one more row."""
+        """Make room for one more row: a full chunk goes to disk first."""
         if self.n == len(self.rows):
-            self.rows = _grown(self.rows, self.n, 2 * len(self.rows))
+            if self.n >= self.chunk_rows:
+                self.spill = self.spill or Spill("iterations")
+                self.spill.write({name: self.rows[:self.n, j] for j, name in enumerate(ITERATION_FIELDS)})
+                self.n = 0
+            else:
+                self.rows = _grown(self.rows, self.n, min(2 * len(self.rows), max(self.chunk_rows, 1)))
 
     def column(self, name: str) -> np.ndarray:
         """One field over the recorded iterations (float seconds, bool ``spec_on``, int64 otherwise)."""
         values = self.rows[:self.n, ITERATION_FIELDS.index(name)]
+        if self.spill:
+            values = np.concatenate([*(c for c, in self.spill.read((name,))), values])
         if name in _FLOAT_FIELDS:
-            return values.copy()
+            return values.copy() if not self.spill else values
         return values.astype(bool if name == "spec_on" else np.int64)
 
     __getitem__ = column  # read like a table's columns

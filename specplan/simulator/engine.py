@@ -19,9 +19,10 @@ j. vLLM only: ``propose_draft_token_ids`` for the next step.
 The rules of each engine path (``specplan.simulator.paths``) pick which of these do what. State is
 numpy arrays indexed by request; the per-row work of c-d, g and h is compiled (numba), so Python
 touches each iteration a fixed number of times whatever the batch. Each iteration is one
-``env.timeout(step_time)``, except that draft-free iterations ending strictly before the next queued
-event run back to back in one compiled call (``specplan.simulator.span``), and that a fleet's
-replica holds such a step in the fleet's loop instead (``specplan.simulator.fleet_loop``).
+``env.timeout(step_time)``, except that iterations ending strictly before the next queued event run
+back to back in one compiled call (``specplan.simulator.span``): draft-free ones, and drafting ones
+of a drafter answering from per-request tables (``specplan.simulator.draft_span``); and that a
+fleet's replica holds a draft-free step in the fleet's loop instead (``specplan.simulator.fleet_loop``).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Executor:
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(8)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
         self._span = self._of = self._lent = None  # the span.SpanState, arrays it was built of, arrays it borrows
+        self._drafter = None  # its draft_state.Drafter once its drafting steps span (False: they never do)
         self.stepper, self.replica = None, 0  # in a fleet: its ``fleet_loop.Stepper`` and this replica's index
         # Spans price with the roofline's compiled formula; other costs go through Python every step.
         self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
@@ -285,30 +287,17 @@ class Executor:
             if gate is None or not gate.disabled:
                 propose_draft_token_ids(self.oracle, st, rows, st.rid, self._k_next, s.max_model_len,
                                         s.drafter == "vllm_ngram", max_seq_len, s.max_draft_len)
+        return self._completed(it, finished)
+
+    def _completed(self, it: int, finished: int) -> bool:
+        """The step's completions (``_on_finish``); True when the run must end."""
         if finished:
             self._on_finish(self._finished[:finished].copy(), it)
         return self.max_sim_time is not None and self.env.now >= self.max_sim_time
 
     def _spans(self) -> bool:
-        """Whether draft-free steps may run in compiled spans: no drafter will ever draft again (none,
-        or a latched gate), every step charges the same placeholders, nothing needs each step in
-        Python, and the cost is the roofline's."""
-        gate = self.gate or self.legacy_gate
-        off = not self.s.speculate or (gate is not None and gate.disabled)
-        return (off and span.span_charge(self) is not None and self._span_cost is not None
-                and not self.record_batches and not self._hears_commits)
-
-    def _run_span(self, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
-        """Run a compiled span from now (see ``specplan.simulator.span``), first committing ``resume``
-        (the rows, start and seconds of the last span's pending step, which ends now) when given;
-        returns ``span.result``."""
-        log, its = self.trace.emissions, self.trace.iterations
-        log.reserve(self.s.max_batch_size)
-        its.reserve()
-        horizon = self.env.peek() if self.stepper is None else self.stepper.horizon()
-        span.run_span(span.state_for(self), log.n, its.n, self.env.now, horizon, it, len(self.waiting),
-                      *(resume or (0, 0.0, 0.0)))
-        return span.result(self)
+        """Whether steps run in compiled spans from now on (``span.spans``)."""
+        return span.spans(self)
 
     def run_loop(self):
         s, st = self.s, self.st
@@ -324,19 +313,19 @@ class Executor:
                     yield self._wakeup
                     self._wakeup = None
                     continue
-            if not spanning:  # once a replica spans, it always does (``_spans``)
+            if not spanning:  # once a replica spans, it always does (``_spans``; a drafter's is decided once)
                 k, spec = self._setup_drafter()
-                spanning = not spec and self._spans()
+                spanning = (not spec or self._drafter is None) and self._spans()
             if spanning:
-                status, it, n, step_s = self._run_span(it, resume)
+                status, it, n, step_s = span.run(self, it, resume)
                 resume = None
                 if status == span.PENDING and self.stepper is not None:  # the fleet's loop commits it, spans on
                     status, it, n, step_s = yield self.stepper.hold(self, it, n, step_s)
                 self._last_scheduled = n
                 if status == span.FULL:
                     continue
-                if status == span.COMMITTED:
-                    if self._after_commit(it, n, False, 0, 0, 0, 0, int(self._stats[step.FINISHED])):
+                if status == span.COMMITTED:  # (the span did the gate's and the drafter's part)
+                    if self._completed(it, int(self._stats[step.FINISHED])):
                         return
                     continue
                 start = self.env.now
@@ -397,4 +386,5 @@ class Executor:
         self.start()
         with memory.collector_spared():
             self.env.run()
+        memory.break_self_cycle(self.env)  # the run is over: freed by reference counting
         return self.collect()

@@ -99,10 +99,18 @@ class Fleet:
     def run(self) -> None:
         """Run every replica to completion (or ``max_sim_time``)."""
         self.frontend.start()
-        for ex in self.replicas:
-            ex.start()
+        loops = [ex.run_loop() for ex in self.replicas]  # each replica's loop (``Executor.start``), kept
+        for loop in loops:
+            self.env.process(loop)
         with memory.collector_spared():
             self.env.run()
+        # The run is over: a replica idle at the end waits on a wake-up no request will fire, its
+        # suspended loop holding it, and the stepper holds every replica. Both cycles are undone here,
+        # so the finished run is freed by reference counting (``memory``: Cycles).
+        for ex, loop in zip(self.replicas, loops):
+            loop.close()
+            ex.stepper = None
+        memory.break_self_cycle(self.env)
         for ex in self.replicas:
             ex.collect(per_request=False)  # the fleet's are taken from all replicas at once: ``merged``
 
@@ -169,26 +177,20 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
                    "cluster": {"replicas": cfg.cluster.replicas, "router": cfg.cluster.router, "gpus": gpus(cfg),
                                "per_replica": per_replica}}
 
-    def request_table():
-        table = metrics.request_table(view, requests, req)
-        table.insert(0, "replica", fleet.assigned)
-        return table
+    def request_columns():
+        return {"replica": fleet.assigned, **metrics.request_table_columns(view, requests, req)}
 
-    def iteration_table():
-        import pandas as pd
+    def iteration_columns():
+        logs = [metrics.iteration_columns(t) for t in traces]
+        replica = np.repeat(np.arange(len(logs)), [len(log["iteration"]) for log in logs])
+        return {"replica": replica, **{k: np.concatenate([log[k] for log in logs]) for k in logs[0]}}
 
-        tables = [metrics.iteration_table(t) for t in traces]
-        table = pd.concat([t.assign(replica=i) for i, t in enumerate(tables)], ignore_index=True)
-        table.insert(0, "replica", table.pop("replica"))
-        return table
-
-    def emission_table():
-        import pandas as pd
-
+    def emission_columns():
         ems = [metrics.emission_columns(t) for t in traces]
-        return pd.DataFrame({k: np.concatenate([e[k] for e in ems]) for k in ("request", "time_s", "tokens")}, copy=False)
+        return {k: np.concatenate([e[k] for e in ems]) for k in ems[0]}
 
-    return SimResult(cfg, summary, request_table, iteration_table, emission_table, description)
+    return SimResult(cfg, summary, {"requests": request_columns, "iterations": iteration_columns,
+                                    "emissions": emission_columns}, description)
 
 
 def _drafter_metrics(fleet: Fleet) -> dict:

@@ -6,6 +6,8 @@ learns about completions from it; it knows nothing about scheduling or speculati
 
 from __future__ import annotations
 
+import weakref
+from types import MethodType
 from typing import Callable, Optional
 
 import numpy as np
@@ -23,11 +25,14 @@ class Frontend:
         self.env = env
         self.w = workload
         self.arrival = np.full(len(workload.prompt_lens), np.nan)
-        self._on_submit = on_submit
+        # The owner (an executor or a fleet) holds this frontend, so its submit method is held weakly:
+        # a strong one would close a reference cycle, and a finished run's logs would wait for a full
+        # collection, which a process of many small runs reaches only after thousands of them.
+        self._on_submit = weakref.WeakMethod(on_submit) if isinstance(on_submit, MethodType) else lambda: on_submit
         self._successors: dict[int, list[int]] = {}
-        for rid, pred in enumerate(workload.predecessor.tolist()):
-            if pred >= 0:
-                self._successors.setdefault(pred, []).append(rid)
+        later = np.flatnonzero(workload.predecessor >= 0)  # later turns only: no list of every request
+        for rid, pred in zip(later.tolist(), workload.predecessor[later].tolist()):
+            self._successors.setdefault(pred, []).append(rid)
         self._completion: dict[int, simpy.Event] = {}
 
     def _think(self, rid: int) -> float:
@@ -35,21 +40,20 @@ class Frontend:
 
     def _submit(self, rid: int) -> None:
         self.arrival[rid] = self.env.now
-        self._on_submit(rid)
+        self._on_submit()(rid)
 
     def _open_loop(self):
         roots = np.flatnonzero(self.w.predecessor < 0)
         order = roots[np.argsort(self.w.arrivals[roots], kind="stable")]
-        for rid in order.tolist():
+        for rid in map(int, order):  # not a list of every request
             delay = self.w.arrivals[rid] - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
             self._submit(rid)
 
-    def _client(self, queue: list[int]):
-        """A closed-loop client: send a request, wait for it, think, send the next."""
-        while queue:
-            rid = queue.pop(0)
+    def _client(self, queue):
+        """A closed-loop client: send each request of ``queue`` in turn, wait for it, think, send the next."""
+        for rid in map(int, queue):
             think = self._think(rid)
             if think > 0:
                 yield self.env.timeout(think)
@@ -69,12 +73,15 @@ class Frontend:
         if self.w.arrivals is not None:
             self.env.process(self._open_loop())
             return
-        roots = np.flatnonzero(self.w.predecessor < 0).tolist()
-        clients = max(1, self.w.concurrency)
+        roots = np.flatnonzero(self.w.predecessor < 0)
+        clients = max(1, min(self.w.concurrency, len(roots)))  # a client without a request never runs
         for c in range(clients):
             # Client c sends every clients-th root request; a session's turns follow their root.
+            if not self._successors:  # no sessions: its roots as they are (a view, not a list)
+                self.env.process(self._client(roots[c::clients]))
+                continue
             queue: list[int] = []
-            for root in roots[c::clients]:
+            for root in roots[c::clients].tolist():
                 queue.append(root)
                 nxt: Optional[list[int]] = self._successors.get(root, [])
                 while nxt:

@@ -67,24 +67,35 @@ def request_columns(trace: Trace) -> dict[str, np.ndarray]:
     }
 
 
+def request_table_columns(trace: Trace, requests=None, columns: Optional[dict] = None) -> dict[str, np.ndarray]:
+    """The request table's columns: id, category and turn (``workloads.traffic.request_labels`` of
+    ``requests``; ids by index without them), then :func:`request_columns` (``columns`` when already
+    computed)."""
+    from specplan.workloads.traffic import request_labels
+
+    labels = request_labels(requests) if requests else {
+        "request_id": np.arange(trace.n).astype(str), "category": np.full(trace.n, None, dtype=object),
+        "turn": np.zeros(trace.n, dtype=np.int64)}
+    return {**labels, **(columns if columns is not None else request_columns(trace))}
+
+
 def request_table(trace: Trace, requests: Optional[list] = None, columns: Optional[dict] = None) -> "pd.DataFrame":
-    """One row per request: id, category and turn (when ``requests`` are given), then
-    :func:`request_columns` (``columns`` when already computed)."""
+    """One row per request: :func:`request_table_columns`."""
     import pandas as pd
 
-    return pd.DataFrame({
-        "request_id": [r.id for r in requests] if requests else np.arange(trace.n).astype(str),
-        "category": [r.category for r in requests] if requests else None,
-        "turn": [r.turn for r in requests] if requests else 0,
-        **(columns if columns is not None else request_columns(trace)),
-    })
+    return pd.DataFrame(request_table_columns(trace, requests, columns), copy=False)
+
+
+def iteration_columns(trace: Trace) -> dict[str, np.ndarray]:
+    """The iteration log's columns (``ITERATION_FIELDS``)."""
+    return {name: trace.iterations.column(name) for name in ITERATION_FIELDS}
 
 
 def iteration_table(trace: Trace) -> "pd.DataFrame":
     """One row per executor iteration."""
     import pandas as pd
 
-    return pd.DataFrame({name: trace.iterations.column(name) for name in ITERATION_FIELDS})
+    return pd.DataFrame(iteration_columns(trace), copy=False)
 
 
 def batch_table(trace: Trace) -> "pd.DataFrame":
@@ -132,7 +143,7 @@ def _gaps(rids: np.ndarray, times: np.ndarray, out: Optional[np.ndarray] = None)
     if times.size == 0:
         return np.array([])
     gaps = memory.empty(len(times)) if out is None else out
-    return gaps[:_row_order_gaps(rids, times, int(rids.max()) + 1, gaps)]
+    return gaps[:_row_order_gaps(rids, times, np.full(int(rids.max()) + 1, np.nan), gaps)]
 
 
 def _in_time_order(rids, times) -> tuple[np.ndarray, np.ndarray]:
@@ -153,10 +164,10 @@ def _in_order(times):
 
 
 @njit(cache=True)
-def _row_order_gaps(rids, times, num_requests, gaps):
-    # One pass, each request's previous chunk time remembered: linear, where grouping needs a sort.
+def _row_order_gaps(rids, times, last, gaps):
+    # One pass, each request's previous chunk time remembered in ``last`` (NaN before its first; a
+    # log read in chunks carries it from one to the next): linear, where grouping needs a sort.
     # Writes the gaps into ``gaps`` and returns how many.
-    last = np.full(num_requests, np.nan)
     k = 0
     for i in range(len(times)):
         r = rids[i]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -14,9 +15,10 @@ from specplan import memory
 from specplan.atomic import atomic_write
 from specplan.config import SimConfig
 from specplan.errors import ConfigError
-from specplan.simulator import metrics
+from specplan.simulator import metrics, table_files
 from specplan.simulator.engine import Executor
 from specplan.simulator.inputs import EngineSettings, Workload
+from specplan.simulator.itl_stream import itl_figures
 from specplan.simulator.paths import VLLM, path_for
 from specplan.simulator.prefix_cache import AFTER_STEP, SAME_STEP, PrefixCache
 from specplan.simulator.presets import resolve_speculation
@@ -30,58 +32,68 @@ PIECEWISE_GRAPH_SLOWDOWN = 0.14
 
 
 class _Table:
-    """A ``SimResult`` table: given ready-made (a DataFrame) or as a zero-argument builder, which
-    runs on first access and is replaced by the table it returns."""
+    """A ``SimResult`` table as a pandas DataFrame, made on first access (``SimResult.frame``)."""
 
     def __set_name__(self, owner, name: str) -> None:
-        self.slot = "_" + name
+        self.name = name
 
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
-        value = getattr(obj, self.slot)
-        if callable(value):
-            value = value()
-            setattr(obj, self.slot, value)
-        return value
-
-    def __set__(self, obj, value) -> None:
-        setattr(obj, self.slot, value)
+        return obj.frame(self.name)
 
 
 class SimResult:
     """Everything one run produced: the config, the summary, the description, and the tables
-    (``requests``, ``iterations``, ``emissions``, and ``batches`` when recorded), pandas DataFrames
-    built on first access so a run read only for its summary never pays for them."""
+    (``requests``, ``iterations``, ``emissions``, and ``batches`` when recorded). Each table is its
+    numpy columns (``table_columns``), built on first access so a run read only for its summary never
+    pays for them, and a pandas DataFrame of those columns when read as ``result.requests``."""
 
     requests = _Table()
     iterations = _Table()
     emissions = _Table()
     batches = _Table()
 
-    def __init__(self, config: SimConfig, summary: dict, requests, iterations, emissions,
+    def __init__(self, config: SimConfig, summary: dict, columns: Mapping[str, object],
                  description: Optional[dict] = None, batches=None) -> None:
+        """``columns`` maps each of ``table_files.TABLES`` to its columns (name -> array) or to a
+        zero-argument builder of them; ``batches`` is a DataFrame, a builder of one, or None."""
         self.config, self.summary = config, summary
-        self.requests, self.iterations, self.emissions = requests, iterations, emissions
+        self._columns = dict(columns)
+        self._frames: dict = {"batches": batches}
         self.description = {} if description is None else description
-        self.batches = batches
+
+    def table_columns(self, name: str) -> dict:
+        """Table ``name``'s columns (name -> numpy array), in table order."""
+        cols = self._columns[name]
+        if callable(cols):
+            cols = self._columns[name] = cols()
+        return cols
+
+    def frame(self, name: str):
+        """Table ``name`` as a DataFrame (its columns shared, not copied); None for unrecorded batches."""
+        frame = self._frames.get(name)
+        if callable(frame):
+            frame = self._frames[name] = frame()
+        elif frame is None and name in self._columns:
+            import pandas as pd
+
+            frame = self._frames[name] = pd.DataFrame(self.table_columns(name), copy=False)
+        return frame
 
     def __getstate__(self) -> dict:
-        """Pickled (sent to another process) with every table built: builders close over the trace."""
-        state = dict(self.__dict__)
-        for name in ("requests", "iterations", "emissions", "batches"):
-            state["_" + name] = getattr(self, name)
-        return state
+        """Pickled (sent to another process) with every table's columns built: builders close over the trace."""
+        return {**self.__dict__, "_columns": {name: self.table_columns(name) for name in self._columns},
+                "_frames": {"batches": self.batches}}
 
-    def save(self, out_dir: str | os.PathLike, formats: tuple[str, ...] = ("parquet", "csv")) -> Path:
-        """Write tables and the summary; each file goes to a temporary name, then is renamed."""
+    def save(self, out_dir: str | os.PathLike, csv: bool = False) -> Path:
+        """Write the tables as Parquet (``table_files.write_table``; also as CSV with ``csv``), the summary
+        and the config; each file goes to a temporary name, then is renamed."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("requests", "iterations", "emissions"):
-            df = getattr(self, name)
-            for fmt in formats:
-                atomic_write(out / f"{name}.{fmt}", lambda p, df=df, fmt=fmt: df.to_parquet(p, index=False)
-                        if fmt == "parquet" else df.to_csv(p, index=False))
+        for name in table_files.TABLES:
+            for fmt in table_files.FORMATS if csv else table_files.FORMATS[:1]:
+                table_files.write_table(out / f"{name}.{fmt}", self.table_columns(name), fmt)
         atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(
             metrics.plain({"description": self.description, **self.summary}), indent=2)))
         atomic_write(out / "config.yaml", lambda p: Path(p).write_text(dump_config(self.config)))
@@ -235,7 +247,8 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     if cfg.max_sim_time_s is not None and np.isnan(req["finish_s"]).all():
         raise ConfigError(f"max_sim_time_s: {cfg.max_sim_time_s:g} s of simulated time ended the run before any "
                           "request completed; raise it or remove it")
-    itl = metrics.inter_token_latencies(metrics.emission_columns(trace))
+    itl = (itl_figures(trace.emissions) if trace.emissions.spill  # the log went to disk in chunks
+           else metrics.inter_token_latencies(metrics.emission_columns(trace)))
     summary = metrics.summarize(trace, req, trace.iterations, itl, cfg.slo_ttft_s, cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     if prefix_cache is not None:
@@ -244,8 +257,9 @@ def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_
     summary["gate_sample_mean"] = float(np.mean(samples)) if samples else None  # what a SpeculationGate averages
     summary.update({f"drafter_{k}": v for k, v in oracle.metrics().items()})
     spec = cfg.speculation.model_dump(exclude_defaults=True)
-    return SimResult(cfg, summary, lambda: metrics.request_table(trace, requests, req),
-                     lambda: metrics.iteration_table(trace), lambda: metrics.emission_table(trace),
+    return SimResult(cfg, summary, {"requests": lambda: metrics.request_table_columns(trace, requests, req),
+                                    "iterations": lambda: metrics.iteration_columns(trace),
+                                    "emissions": lambda: metrics.emission_columns(trace)},
                      {"cost": cost.describe(), "speculation": spec},
                      (lambda: metrics.batch_table(trace)) if record_batches else None)
 

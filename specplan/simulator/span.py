@@ -1,10 +1,12 @@
 """Spans: iterations run back to back in one compiled call while nothing else can happen.
 
-An iteration without drafts whose end comes strictly before the next event in the SimPy queue (an
-arrival, a client's think time, another replica's step) cannot be touched by anything else in the
+An iteration whose end comes strictly before the next event in the SimPy queue (an arrival, a
+client's think time, another replica's step) cannot be touched by anything else in the
 environment: no other process runs before it ends. The executor runs such iterations in
 ``run_span`` with the same compiled ``schedule_step``, ``price_step`` and ``commit_step`` it uses one
-at a time, and returns to SimPy when
+at a time: iterations without drafts (no drafter, or a latched gate), and drafting ones when the
+drafter answers from per-request tables (``specplan.simulator.draft_span``, which does the K
+rules, the drafts, the gate and vLLM's proposals in the executor's order). It returns to SimPy when
 
 - the next iteration would end at or after the next queued event (``PENDING``: it comes back
   scheduled and priced, and the executor yields its timeout as usual);
@@ -12,6 +14,7 @@ at a time, and returns to SimPy when
   (``COMMITTED``: the executor does the Python side of that step);
 - a resumed pending step was committed and requests that arrived during it have room
   (``COMMITTED`` as well: they are admitted in Python);
+- the SpeculationGate tripped (``COMMITTED``: the executor records it);
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
 
 A pending step's timeout ends in the executor, which hands it back to the next span to commit
@@ -30,13 +33,17 @@ from typing import Optional
 
 from numba import njit
 from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed
 from numba.experimental import structref
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from specplan.cost_models.roofline import roofline_step_time
-from specplan.simulator.control import V1_BUDGET, placeholder_charge
 from specplan.errors import ConfigError
+from specplan.simulator import draft_state
+from specplan.simulator.control import V1_BUDGET, placeholder_charge
+from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step
+from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
 from specplan.simulator.state import N_ACTIVE
@@ -55,7 +62,7 @@ SPAN_FIELDS = (
     "slowdown", "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
     "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
     "max_active", "out", "out_time", "rid", "pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits", "pc_done",
-    "equal_progress",
+    "equal_progress", "drafter",
 )
 
 
@@ -76,6 +83,8 @@ structref.define_proxy(SpanState, SpanStateType, list(SPAN_FIELDS))
 def _borrowed(typingctx, values):
     # ``values`` (a tuple) with every array's reference to its memory left out (meminfo and parent
     # null): numba counts no references to such an array, and the code that reads it is unchanged.
+    # The tuple is returned as a new reference, as numba expects: its other counted members (a
+    # nested state) get theirs.
     def codegen(context, builder, sig, args):
         out = args[0]
         for i, typ in enumerate(values.types):
@@ -84,7 +93,7 @@ def _borrowed(typingctx, values):
                 ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
                 ary.parent = cgutils.get_null_value(ary.parent.type)
                 out = builder.insert_value(out, ary._getvalue(), i)
-        return out
+        return impl_ret_borrowed(context, builder, sig.return_type, out)
     return values(values), codegen
 
 
@@ -111,7 +120,7 @@ def state_of(ex) -> SpanState:
         "ctx_target": st.ctx_target, "generated": st.generated, "started": st.started, "reserved": st.reserved,
         "held": ex.kv.held, "disabled": st.disable_spec, "pending": st.pending_drafted, "emits": st.emits,
         "first_token": st.first_token, "finish": st.finish, "k_static": int(ex.k_static),
-        "k_charge": int(span_charge(ex)),
+        "k_charge": 0 if ex._drafter else int(span_charge(ex)),  # (a drafter's spans charge per step)
         "budget_rule": int(ex._budget), "verify_width": int(ex._verify_width), "policy": int(ex._policy),
         "max_num_tokens": int(s.max_num_tokens), "max_batch_size": int(s.max_batch_size),
         "chunked": bool(s.chunked_prefill), "num_blocks": int(ex.kv.num_blocks), "block_size": int(ex.kv.block_size),
@@ -125,9 +134,44 @@ def state_of(ex) -> SpanState:
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
+    drafter = ex._drafter.values(ex) if ex._drafter else draft_state.inert_values()
+    fields["drafter"] = drafter_state(*drafter)
     values = [fields[name] for name in SPAN_FIELDS]  # by name: a field cannot land in another's place
-    ex._lent = values  # the state borrows the arrays: they live as long as it, until the next state_of
+    ex._lent = values + drafter  # the states borrow the arrays: they live as long as them, until the next state_of
     return span_state(*values)
+
+
+@njit(cache=True)
+def drafter_state(*fields):
+    """A ``draft_state.DraftState`` of ``DRAFT_FIELDS``' values, its arrays borrowed as in ``span_state``."""
+    return DraftState(*_borrowed(fields))
+
+
+def spans(ex) -> bool:
+    """Whether an executor's steps run in compiled spans from now on (``Executor._spans``): the cost
+    is the roofline's, nothing needs each step in Python (recorded batches, an oracle that hears
+    commits), and either no drafter will draft again (none, or a latched gate) and every step
+    charges the same placeholders, or the drafter is one ``draft_span`` runs (its
+    ``draft_state.Drafter``, made once, is kept on the executor)."""
+    if ex._span_cost is None or ex.record_batches or ex._hears_commits:
+        return False
+    gate = ex.gate or ex.legacy_gate
+    if not ex.s.speculate or (gate is not None and gate.disabled):
+        return span_charge(ex) is not None
+    if ex._drafter is None:
+        ex._drafter = draft_state.drafter_for(ex) or False
+    return bool(ex._drafter)
+
+
+def run(ex, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
+    """Run a span of an executor from now, first committing ``resume`` (the rows, start and seconds
+    of the last span's pending step, which ends now) when given; returns ``result``."""
+    log, its = ex.trace.emissions, ex.trace.iterations
+    log.reserve(ex.s.max_batch_size)
+    its.reserve()
+    horizon = ex.env.peek() if ex.stepper is None else ex.stepper.horizon()
+    run_span(state_for(ex), log.n, its.n, ex.env.now, horizon, it, len(ex.waiting), *(resume or (0, 0.0, 0.0)))
+    return result(ex)
 
 
 def span_charge(ex) -> Optional[int]:
@@ -157,6 +201,8 @@ def result(ex) -> tuple[int, int, int, float]:
         raise ConfigError(NOTHING_FITS_MESSAGE)
     ex.kv.check(status != KV_BROKEN)
     advance_clock(ex.env, float(clock[0]))
+    if ex._drafter:
+        ex._drafter.after_span(ex, it)
     return status, it, n, float(clock[1])
 
 
@@ -169,10 +215,11 @@ def advance_clock(env, t: float) -> None:
 
 @njit(cache=True)
 def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start, resume_step):
-    """Run draft-free iterations from ``now`` until one of the module's stops; ``out`` returns
-    (status, last iteration number, its rows, emission rows, iteration rows) and ``out_time`` the
-    clock and, when pending, that step's seconds; both are fields of ``a``, the replica's
-    ``SpanState``. The arguments are what changes from call to call.
+    """Run iterations from ``now`` until one of the module's stops; ``out`` returns (status, last
+    iteration number, its rows, emission rows, iteration rows) and ``out_time`` the clock and, when
+    pending, that step's seconds; both are fields of ``a``, the replica's ``SpanState``. The
+    arguments are what changes from call to call. With ``a.drafter`` on, iterations draft as
+    ``draft_span`` says; else none does.
 
     With ``resume_n`` rows, the last span's pending step (still in the step buffers, begun at
     ``resume_start`` for ``resume_step`` seconds) ends now and is committed first. Every committed
@@ -189,16 +236,21 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     em_request, em_time, em_tokens, iteration_log = a.em_request, a.em_time, a.em_tokens, a.iteration_log
     record, finished, stats, coefficients = a.record, a.finished, a.stats, a.coefficients
     k_static, budget_rule, verify_width, policy, stamp = a.k_static, a.budget_rule, a.verify_width, a.policy, a.stamp
-    k_charge = a.k_charge
     max_num_tokens, max_batch_size, chunked, num_blocks, block_size = (a.max_num_tokens, a.max_batch_size, a.chunked,
                                                                        a.num_blocks, a.block_size)
+    d = a.drafter
+    drafts, samples, ints = d.on, d.samples, d.ints
+    k, spec, charge = 0, False, a.k_charge
     t = now
     n, start, step = resume_n, resume_start, resume_step  # the step that ends at t, if any
     while True:
         if n:
+            spec = drafts and ints[STEP_SPEC] != 0
+            k = ints[STEP_K] if spec else 0
             record[0], record[1], record[2], record[3], record[4], record[5], record[6], record[7] = (
-                it, start, step, counters[N_ACTIVE], num_queued, 0, 0, terms[KV_GROWN])
-            ok = commit_step(rows, q_sched, q, ctx, n, no_drafting, none, none, hist, t, plen, olen, computed,
+                it, start, step, counters[N_ACTIVE], num_queued, k, spec, terms[KV_GROWN])
+            drafting, drafted, accepted = (d.drafting, d.drafted, d.accepted) if spec else (no_drafting, none, none)
+            ok = commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, hist, t, plen, olen, computed,
                              ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
                              num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
                              record, finished, stats)
@@ -207,28 +259,38 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             if not ok:
                 status = KV_BROKEN
                 break
-            if (_stops(stats, t, a.max_sim_time)
+            refused = drafts and after_commit(d, a, n) != 0  # the gate and vLLM's proposals, in Python's order
+            if (refused or ints[TRIPPED] or _stops(stats, t, a.max_sim_time)
                     or (num_queued and counters[N_ACTIVE] < a.max_active)):
                 status = COMMITTED
                 break
-        if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request):
+        if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request) or ints[SAMPLES] == len(samples):
             status = FULL
             break
+        if drafts:
+            k, spec, charge = before_schedule(d, a, counters[N_ACTIVE])
+        stamps = stamp and not spec  # py_disable_speculative_decoding on the rows of a step without drafts
         n = schedule_step(act, counters, plen, olen, computed, ctx_target, generated, started, reserved, held,
-                          disabled, pending, False, stamp, 0, k_static, k_charge, budget_rule, verify_width, policy,
-                          max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx, width,
-                          a.rid, a.pc_mode, a.pc_off, a.pc_ids, a.pc_cached, a.pc_hits, a.pc_done, a.equal_progress)
+                          disabled, pending, spec, stamps, k, k_static, charge, budget_rule, verify_width,
+                          policy, max_num_tokens, max_batch_size, chunked, num_blocks, block_size, rows, q_sched, ctx,
+                          width, a.rid, a.pc_mode, a.pc_off, a.pc_ids, a.pc_cached, a.pc_hits, a.pc_done,
+                          a.equal_progress)
         if n == 0:
             status = NOTHING_FITS
             break
-        if not price_step(rows, q_sched, q, ctx, width, n, True, plen, generated, computed, held, counters, num_blocks,
-                          block_size, resident, terms):
+        num_drafting = 0
+        if drafts:
+            k, spec, num_drafting = draft_step(d, a, n, k, spec)
+        if not price_step(rows, q_sched, q, ctx, width, n, not spec, plen, generated, computed, held, counters,
+                          num_blocks, block_size, resident, terms):
             status = KV_BROKEN
             break
         step = roofline_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
                                   terms[5], terms[6])
         if a.slowdown > 0:
             step /= 1.0 - a.slowdown
+        if num_drafting:
+            step += draft_seconds(d, a, n, k, num_drafting)
         it += 1
         if not t + step < horizon:
             status = PENDING

@@ -15,8 +15,8 @@ sweep killed at any point resumes where it stopped: :func:`execute` skips every 
 A run that raises yields a :class:`RunFailure` (its key and the error in one line) instead of a
 record; the other runs go on, and a failed run has no record, so the next sweep retries it.
 The local pool uses forkserver processes (``sweeps.workers``: they import this package whatever the
-current folder, and exit with the sweep), so a script that starts a sweep needs the usual
-``if __name__ == "__main__":`` guard.
+current folder, start with its compiled kernels loaded, and exit with the sweep), so a script that
+starts a sweep needs the usual ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
@@ -143,9 +143,10 @@ def run_record(cfg_json: dict, **shared) -> dict:
 
     record = make_record(cfg, result.summary, result.description)
     # beside the summary: what the report needs to say why a configuration loses, from this run's iterations
-    record["cost_terms"] = cost_terms(result.iterations, shared["cost"], cfg.engine.kv_block_size)
+    record["cost_terms"] = cost_terms(result.table_columns("iterations"), shared["cost"], cfg.engine.kv_block_size)
     record["k_shares"] = result.summary["k_shares"]
-    record["stability"] = stability(result.requests["arrival_s"], result.requests["finish_s"])
+    requests = result.table_columns("requests")
+    record["stability"] = stability(requests["arrival_s"], requests["finish_s"])
     return record
 
 
@@ -201,7 +202,7 @@ class LocalRunner(Runner):
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload([__name__, "specplan.simulator.run"])
+            ctx.set_forkserver_preload([__name__, "specplan.sweeps.warm_start"])
             with this_package_first():
                 forkserver.ensure_running()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=exit_with_sweep,

@@ -1,12 +1,14 @@
-"""How the local pool's worker processes start: importing this very package, and exiting with the sweep.
+"""How the local pool's worker processes start: importing this very package, with the compiled kernels
+loaded, and exiting with the sweep.
 
-Both are set-up a ``LocalRunner`` gives its forkserver pool (``specplan.sweeps.runners``).
+All are set-up a ``LocalRunner`` gives its forkserver pool (``specplan.sweeps.runners``).
 """
 
 from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -72,3 +74,32 @@ def this_package_first() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def load_cached_kernels() -> int:
+    """Load every compiled kernel of the imported specplan modules that numba's on-disk cache holds for
+    the current code (each signature its index lists), numba's CPU target first; returns how many.
+
+    A worker would otherwise pay these on its first runs (the target alone is about a third of a
+    CPU-second). Nothing is compiled: an entry for other code, or another machine, is passed over, and
+    a kernel the cache lacks compiles on first use as before. Reads the cache index through numba's
+    ``Dispatcher._cache`` (there is no public listing of cached signatures).
+    """
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    loaded = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("specplan.") or module is None:
+            continue
+        for kernel in list(vars(module).values()):
+            if not isinstance(kernel, Dispatcher) or kernel.__module__ != name:
+                continue  # not a kernel, or one another module defines (loaded with that module)
+            cache = kernel._cache  # a kernel without ``cache=True`` has a NullCache: no index
+            for key in cache._cache_file._load_index() if hasattr(cache, "_cache_file") else ():
+                sig = key[0]
+                if key == cache._index_key(sig, codegen) and sig not in kernel.overloads:
+                    kernel.compile(sig)  # found in the cache: loaded, not compiled
+                    loaded += 1
+    return loaded

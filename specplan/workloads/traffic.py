@@ -191,9 +191,17 @@ class SyntheticTraffic(Sequence[Request]):
         s_sample, self._s_arrival, self._s_think, self._s_synth = np.random.SeedSequence(seed).spawn(4)
         n = cfg.num_requests
         self._cfg, self._think_time_dist, self._tokens = cfg, think_time_dist, tokens
-        self._draws = _draws([1] * n, n, cfg.sample_with_replacement, np.random.default_rng(s_sample), str(cfg.trace))
+        # :func:`_draws` of n units of one request, as arrays (a list of n pairs is 100 bytes a request):
+        # the same draws, one at a time or all at once, take the same words of the generator.
+        rng = np.random.default_rng(s_sample)
+        self._units = rng.integers(0, n, size=n) if cfg.sample_with_replacement else rng.permutation(n)
+        self._copies = _copy_numbers(self._units)
         self._spec, self._plen, self._olen = _length_models(cfg)
         self._made: Optional[list[Request]] = None
+
+    @property
+    def _draws(self) -> list[tuple[int, int]]:
+        return list(zip(self._units.tolist(), self._copies.tolist()))
 
     def __len__(self) -> int:
         return self._cfg.num_requests
@@ -207,21 +215,30 @@ class SyntheticTraffic(Sequence[Request]):
     def columns(self) -> dict[str, Optional[np.ndarray]]:
         """:func:`workload_columns` of these requests, from the same draws, without making them."""
         cfg, n = self._cfg, self._cfg.num_requests
-        drawn = np.array([i for i, _ in self._draws], dtype=np.int64)
+        drawn = self._units
         plens, olens = synthetic_lengths(n, self._plen, self._olen, np.random.default_rng(self._s_synth))
-        think, times = _timing([None] * n, cfg, self._s_arrival, self._s_think, self._think_time_dist)
+        think = think_times(n, cfg.think_time_s, np.random.default_rng(self._s_think), self._think_time_dist)
         closed = cfg.arrival == "closed_loop"  # think times go on every request then, on none otherwise
         return {"prompt_lens": plens[drawn], "output_lens": olens[drawn],
-                "arrivals": None if closed else np.array(times, dtype=float),
+                "arrivals": None if closed else _arrival_times(n, cfg, self._s_arrival),  # every request heads a unit
                 "predecessor": np.full(n, -1, dtype=np.int64), "think_time": think if closed and think.any() else None}
+
+    def labels(self) -> dict[str, np.ndarray]:
+        """:func:`request_labels` of these requests, from the draws, without making them."""
+        n = self._cfg.num_requests
+        ids = [_copy_name(f"synthetic-{i}", k)  # named as synthetic_requests does
+               for i, k in zip(self._units[:n].tolist(), self._copies[:n].tolist())]
+        return {"request_id": np.array(ids, dtype=object), "category": np.full(n, "synthetic", dtype=object),
+                "turn": np.zeros(n, dtype=np.int64)}
 
     def _requests(self) -> list[Request]:
         if self._made is None:
             cfg, n = self._cfg, self._cfg.num_requests
             with memory.collector_paused():
+                draws = self._draws
                 made = synthetic_requests(n, self._spec.process, self._plen, self._olen, self._s_synth, self._tokens,
-                                          _first_seen(self._draws, n))
-                self._made = _assigned([[r] for r in made], self._draws, cfg, self._s_arrival, self._s_think,
+                                          _first_seen(draws, n))
+                self._made = _assigned([[r] for r in made], draws, cfg, self._s_arrival, self._s_think,
                                        self._think_time_dist)
         return self._made
 
@@ -238,6 +255,15 @@ def workload_columns(requests: Sequence[Request], closed_loop: bool) -> dict[str
             "output_lens": np.fromiter((r.output_len for r in requests), dtype=np.int64, count=n),
             "arrivals": None if closed_loop else np.array([np.nan if r.arrival_s is None else r.arrival_s for r in requests]),
             "predecessor": predecessor_indices(requests), "think_time": think if think.any() else None}
+
+
+def request_labels(requests: Sequence[Request]) -> dict[str, np.ndarray]:
+    """Each request's ``request_id``, ``category`` and ``turn``, as columns (a request table's first)."""
+    if isinstance(requests, SyntheticTraffic):
+        return requests.labels()
+    return {"request_id": np.array([r.id for r in requests], dtype=object),
+            "category": np.array([r.category for r in requests], dtype=object),
+            "turn": np.fromiter((r.turn for r in requests), dtype=np.int64, count=len(requests))}
 
 
 def _assigned(units: list[list[Request]], draws: list[tuple[int, int]], cfg: WorkloadConfig,
@@ -268,8 +294,22 @@ def _timing(preds: Sequence[Optional[str]], cfg: WorkloadConfig, s_arrival: np.r
     times: list[Optional[float]] = [None] * len(preds)
     if cfg.arrival != "closed_loop":
         heads = [i for i, p in enumerate(preds) if p is None]
-        rng = np.random.default_rng(s_arrival)
-        at = poisson_arrivals(len(heads), cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(len(heads), cfg.rate, cfg.cv, rng)
-        for i, t in zip(heads, at.tolist()):
+        for i, t in zip(heads, _arrival_times(len(heads), cfg, s_arrival).tolist()):
             times[i] = t
     return think, times
+
+
+def _arrival_times(count: int, cfg: WorkloadConfig, s_arrival: np.random.SeedSequence) -> np.ndarray:
+    """The open-loop arrival process's first ``count`` times (one per session head)."""
+    rng = np.random.default_rng(s_arrival)
+    return poisson_arrivals(count, cfg.rate, rng) if cfg.arrival == "poisson" else gamma_arrivals(count, cfg.rate, cfg.cv, rng)
+
+
+def _copy_numbers(units: np.ndarray) -> np.ndarray:
+    """Each draw's copy number (:func:`_draws`): how many earlier draws took the same unit."""
+    order = np.argsort(units, kind="stable")
+    ranked = units[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    copies = np.empty(len(units), dtype=np.int64)
+    copies[order] = np.arange(len(units)) - np.repeat(starts, np.diff(np.r_[starts, len(units)]))
+    return copies

@@ -29,6 +29,13 @@ def _slot(key, mask):
     return np.int64(x & np.uint64(mask))
 
 
+@njit(cache=True, inline="always")
+def ht_home(key, mask):
+    """Home slot of ``key`` in a table of ``mask + 1`` slots, for a caller that probes its own table
+    layout (linear probing from here, as the functions below do)."""
+    return _slot(key, mask)
+
+
 @njit(cache=True)
 def ht_get(keys, vals, key):
     """Value stored under ``key``, or -1 when the key was never inserted."""

@@ -3,12 +3,19 @@
 Tables are dicts of equal-length numpy arrays. Lookups go to memory first, then, when a cache
 folder is set, to one ``.npz`` bundle per (request list, settings); what had to be computed is kept
 in memory and written back as a bundle, atomically (a temporary file renamed into place).
+
+The memory held is bounded when ``max_bytes`` is given: past it, the least recently used tables are
+dropped (read again from a bundle or computed again when next asked for; the same tables either
+way). ``DEFAULT_CACHE``, which every run without a cache of its own shares for the life of the
+process, keeps at most ``DEFAULT_MAX_BYTES``: a process simulating one workload after another
+(a notebook, a search over scenarios) would otherwise keep every workload's tables.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -20,6 +27,9 @@ Table = dict[str, np.ndarray]
 
 # Bumped whenever a kernel's output changes, so stale on-disk tables are never read.
 FORMAT_VERSION = "1"
+# DEFAULT_CACHE's bound: Spec-Bench's tables take about 2.6 kB a request (16 bytes an output
+# token), so about 100,000 requests' worth.
+DEFAULT_MAX_BYTES = 256 << 20
 
 
 def request_key(tag: str, req) -> str:
@@ -34,11 +44,14 @@ def request_key(tag: str, req) -> str:
 
 
 class PrecomputeCache:
-    """In-memory table cache with an optional on-disk folder of ``.npz`` bundles."""
+    """In-memory table cache with an optional on-disk folder of ``.npz`` bundles; at most ``max_bytes``
+    of tables in memory (least recently used dropped first), unbounded when None."""
 
-    def __init__(self, cache_dir: Optional[str | os.PathLike] = None) -> None:
+    def __init__(self, cache_dir: Optional[str | os.PathLike] = None, max_bytes: Optional[int] = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self._mem: dict[str, Table] = {}
+        self.max_bytes = max_bytes
+        self._mem: OrderedDict[str, Table] = OrderedDict()  # least recently used first
+        self._bytes = 0
         self.hits = 0
         self.misses = 0
 
@@ -51,15 +64,31 @@ class PrecomputeCache:
             h = hashlib.blake2b("|".join(keys).encode(), digest_size=16).hexdigest()
             bundle = self.cache_dir / f"{h}.npz"
             if bundle.exists():
-                self._mem.update(_read_bundle(bundle))
+                for key, table in _read_bundle(bundle).items():
+                    self._put(key, table)
                 missing = [i for i in missing if keys[i] not in self._mem]
         self.hits += len(requests) - len(missing)
         self.misses += len(missing)
         for i in missing:
-            self._mem[keys[i]] = compute(requests[i])
+            self._put(keys[i], compute(requests[i]))
+        out = [self._mem[k] for k in keys]
         if missing and bundle is not None:
-            _write_bundle(bundle, {k: self._mem[k] for k in dict.fromkeys(keys)})
-        return [self._mem[k] for k in keys]
+            _write_bundle(bundle, dict(zip(keys, out)))
+        for k in keys:
+            self._mem.move_to_end(k)  # used now: the last to be dropped
+        if self.max_bytes is not None:
+            while self._bytes > self.max_bytes and self._mem:
+                self._bytes -= _nbytes(self._mem.popitem(last=False)[1])
+        return out
+
+    def _put(self, key: str, table: Table) -> None:
+        if key not in self._mem:
+            self._bytes += _nbytes(table)
+        self._mem[key] = table
+
+
+def _nbytes(table: Table) -> int:
+    return sum(a.nbytes for a in table.values())
 
 
 def _read_bundle(path: Path) -> dict[str, Table]:
@@ -86,4 +115,4 @@ def _write_bundle(path: Path, tables: dict[str, Table]) -> None:
     atomic_write(path, write)
 
 
-DEFAULT_CACHE = PrecomputeCache()
+DEFAULT_CACHE = PrecomputeCache(max_bytes=DEFAULT_MAX_BYTES)

@@ -106,6 +106,24 @@ class TableOracle(DrafterOracle):
     def _index(self, rid, committed):
         return self._off[rid] + committed
 
+    def stacked_tables(self, ks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What ``draft`` reads, as arrays for compiled code: each request's offset into a table,
+        the tables ``[K row, position, (src, avail, run)]`` with one row per K of ``ks`` (one row
+        for every K when they do not depend on K; a position's three numbers side by side, read
+        together), and the row of each K up to ``max(ks)``."""
+        ks = sorted({int(k) for k in ks if k > 0}) or [self._k]
+        keys = ks if self.k_dependent else [ks[0]]
+        current = self._k
+        flat = []
+        for k in keys:
+            self._select(k)
+            flat.append((self._src, self._avail, self._run))
+        self._select(current)
+        row_of = np.zeros(max(ks) + 1, dtype=np.int64)
+        for i, k in enumerate(keys):
+            row_of[k] = i
+        return self._off, np.stack([np.stack(f, axis=-1) for f in flat]), row_of
+
     def limit(self, rids: np.ndarray, committed: np.ndarray, k: int) -> np.ndarray:
         """The engine's cap on the draft length before the match is consulted (default: K)."""
         return np.full(np.shape(committed), k, dtype=np.int64)

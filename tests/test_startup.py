@@ -1,0 +1,90 @@
+"""A command's start-up and end: what importing the CLI and the simulator loads, the console's exit, and
+the sweep workers' warm start (``benchmarks/bench_vidur.py`` shows the CPU seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from cli_helpers import SMALL
+from specplan.simulator.control import DRAFT_WIDTH, RUNTIME_WIDTH, STATIC_WIDTH, verified_width
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# numba's CPU target initialises (``BaseContext.refresh``) on the first kernel compiled or loaded from
+# the cache: it starts the NRT and imports numba's implementation modules, ``numba.np.arraymath`` among
+# them (which imports scipy.linalg to look for BLAS). Creating a dispatcher (``@njit``) does neither.
+_STATE = """
+import json, sys
+numba = "numba" in sys.modules
+target = numba and (sys.modules["numba.core.runtime"].rtsys._init or "numba.np.arraymath" in sys.modules)
+print(json.dumps({"target": target, "numba": numba,
+                  "heavy": [m for m in ("scipy.linalg", "pandas", "matplotlib", "pyarrow") if m in sys.modules]}))
+"""
+
+
+def _python(code: str) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_importing_the_cli_and_the_simulator_initialises_no_numba_target_and_no_heavy_package():
+    cli, run, called = _python(f"import specplan.cli\n{_STATE}\nimport specplan.simulator.run\n{_STATE}\n"
+                               "from specplan.simulator.control import verified_width\n"
+                               f"verified_width(0, 1, 2, 3)\n{_STATE}")
+    assert cli == {"target": False, "numba": False, "heavy": []}  # the CLI alone loads no numba at all
+    assert run == {"target": False, "numba": True, "heavy": []}
+    assert called["target"] is True  # the markers do flip once a kernel runs
+
+
+def test_verified_width_equals_the_rule_by_hand_over_a_grid():
+    reference = {STATIC_WIDTH: lambda k, k_static, drafted: k_static,
+                 RUNTIME_WIDTH: lambda k, k_static, drafted: k,
+                 DRAFT_WIDTH: lambda k, k_static, drafted: drafted}
+    drafts = np.arange(0, 7, dtype=np.int64)
+    for code, rule in reference.items():
+        for k in range(0, 6):
+            for k_static in range(0, 6):
+                assert [verified_width(code, k, k_static, d) for d in drafts.tolist()] == \
+                    [rule(k, k_static, d) for d in drafts.tolist()]
+                # Python callers hand the draft lengths as one array (``drafts.prepare_draft_tokens``)
+                widths = np.broadcast_to(verified_width.py_func(code, k, k_static, drafts), drafts.shape)
+                assert widths.tolist() == [rule(k, k_static, d) for d in drafts.tolist()]
+
+
+def test_the_console_flushes_its_output_and_runs_exit_handlers_before_it_ends(tmp_path):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    console = subprocess.run([sys.executable, "-m", "specplan", "simulate", str(scenario), "--format", "json"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=300)
+    in_process = subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", "simulate",
+                                 str(scenario), "--format", "json"], capture_output=True, text=True, cwd=ROOT,
+                                timeout=300)
+    assert console.returncode == 0 and in_process.returncode == 0, console.stderr + in_process.stderr
+    assert json.loads(console.stdout) == json.loads(in_process.stdout)
+
+    hooked = subprocess.run([sys.executable, "-c", "import atexit, sys\nfrom specplan.cli import console\n"
+                             "atexit.register(print, 'exit handler ran')\n"
+                             "sys.argv = ['specplan', 'simulate', '--set', 'seed=-1']\nconsole()"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert hooked.returncode == 2 and hooked.stdout == "exit handler ran\n"
+    assert hooked.stderr.startswith("error: ") and hooked.stderr.count("\n") == 1
+
+
+def test_sweep_workers_start_with_the_kernels_a_run_loads(tmp_path):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    loaded = ("from numba.core.dispatcher import Dispatcher\n"
+              "print(json.dumps(sorted(f'{n}.{k}' for n, m in list(sys.modules.items()) if n.startswith('specplan.') "
+              "and m for k, v in vars(m).items() if isinstance(v, Dispatcher) and v.__module__ == n and v.overloads)))")
+    (ran,) = _python("import json, sys\nfrom specplan.config import load_config\n"
+                     "from specplan.simulator.run import simulate\n"
+                     f"simulate(load_config({str(scenario)!r}))\n{loaded}")
+    (preloaded,) = _python(f"import json, sys\nimport specplan.sweeps.warm_start\n{loaded}")
+    assert ran and set(ran) <= set(preloaded)
