@@ -121,7 +121,7 @@ TIER = {
 @pytest.mark.parametrize("name", list(TIER))
 def test_vllm_cpu_matches_the_simulator(tmp_path, name, vllm_check):
     pytest.importorskip("vllm")
-    out = vllm_check(name, *TIER[name])  # shared: tests/test_validate_vllm_timing.py fits to k5-batched's steps
+    out = vllm_check(name, *TIER[name])
     summary = json.loads((out / "summary.json").read_text())
     table = pd.read_csv(out / "iterations.csv")
     assert len(table) == max(summary["engine_iterations"], summary["sim_iterations"])
@@ -179,18 +179,20 @@ def test_vllm_cpu_prefix_caching_matches_the_simulator(tmp_path):
 
 
 def test_step_timing_against_the_engine_hand_worked():
-    """Two requests over three steps: a commits 1, 2, 1 tokens, b 1, 1; engine steps 1, 2, 1 s, simulated
-    1.1, 1.8, 1.0 s. Worked by hand: step errors +10%, -10%, 0; throughput 6/4 against 6/3.9; TPOT a 3/3 s
-    and b 2/1 s (mean 1.5) against 2.8/3 and 1.8 (mean 1.3667)."""
+    """Two requests over four steps, the first the engine's warm-up: a commits 1, 1, 2, 1 tokens, b 1, 1, 1;
+    engine steps 3, 1, 2, 1 s, simulated 1.2, 1.1, 1.8, 1.0 s. Worked by hand, after the warm-up: step
+    errors +10%, -10%, 0; throughput 6 tokens in 4 s against 3.9; TPOT (from each request's first
+    emission, so the warm-up's length drops out) a 4/4 s and b 3/2 s (mean 1.25) against 3.9/4 and
+    2.9/2 (mean 1.2125)."""
     from specplan.validation.vllm_timing import timing
 
-    rows = pd.DataFrame({"step": [1, 1, 2, 2, 3], "request": ["a", "b", "a", "b", "a"],
-                         "committed": [1, 1, 2, 1, 1]})
-    t = timing(rows, [1.0, 2.0, 1.0], rows, [1.1, 1.8, 1.0])
-    assert t["iterations_timed"] == 3
+    rows = pd.DataFrame({"step": [1, 1, 2, 2, 3, 3, 4], "request": ["a", "b", "a", "b", "a", "b", "a"],
+                         "committed": [1, 1, 1, 1, 2, 1, 1]})
+    t = timing(rows, [3.0, 1.0, 2.0, 1.0], rows, [1.2, 1.1, 1.8, 1.0])
+    assert t["iterations_timed"] == 3 and t["warmup"] == {"steps": 1, "engine_s": [3.0], "sim_s": [1.2]}
     assert t["median_step_ape"] == pytest.approx(0.1) and t["p90_step_ape"] == pytest.approx(0.1)
     assert t["step_bias"] == pytest.approx(0.0, abs=1e-12)
     assert t["engine_throughput_tok_s"] == pytest.approx(1.5)
     assert t["throughput_error"] == pytest.approx((6 / 3.9) / 1.5 - 1)
-    assert t["engine_mean_tpot_s"] == pytest.approx(1.5)
-    assert t["sim_mean_tpot_s"] == pytest.approx((2.8 / 3 + 1.8) / 2)
+    assert t["engine_mean_tpot_s"] == pytest.approx(1.25)
+    assert t["sim_mean_tpot_s"] == pytest.approx((3.9 / 4 + 2.9 / 2) / 2)

@@ -1,6 +1,7 @@
 """Time on a real engine: the step log ``validate --engine vllm`` writes, the residuals its report gives,
 and (marked ``vllm``, the CPU tier) a profile fitted to half of one engine run's steps predicting the
 other half, a second run with another K and batch, and ``validate --engine vllm --profile`` end to end.
+The same check on two recorded quiet-machine runs, without vLLM: ``tests/test_calibration_step_fit.py``.
 """
 
 import json
@@ -66,21 +67,24 @@ def test_step_log_and_residuals_hand_worked():
     assert res["decode B=3-4"]["steps"] == 2 and res["decode B=3-4"]["median_ape"] == pytest.approx(0.05)
     assert res["decode B=3-4"]["share_of_error"] == pytest.approx(0.4 / 0.9)
     assert res["draft-on"]["bias"] == pytest.approx(-0.05) and res["draft-off"]["share_of_error"] == pytest.approx(1 / 9)
-    # validate's timing carries them when the engine side is a step log
+    # validate's timing carries them when the engine side is a step log, after the warm-up step (step 1)
     from specplan.validation.vllm_timing import timing
 
     t = timing(log, [1, 2, 3, 4], log, [1.1, 1.6, 3.0, 4.4])
-    assert {r["term"]: r["steps"] for r in t["residuals"]} == {k: v["steps"] for k, v in res.items()}
+    assert {r["term"]: r["steps"] for r in t["residuals"]} == {"decode B=1": 1, "decode B=3-4": 2, "draft-off": 1,
+                                                                "draft-on": 2}
+    assert {r["term"]: r["share_of_error"] for r in t["residuals"]}["decode B=1"] == pytest.approx(0.4 / 0.8)
 
 
 # ----------------------------------------------------------------------------- the CPU tier
 def _repeatability(step_log: Path) -> float:
     """How well the engine repeats itself: the median deviation from their median of the step times of
-    the most common decode shape (full batch, drafts on), a floor under any step-time model's error."""
-    steps = pd.read_csv(step_log).groupby("step").agg(rows=("request", "size"), prefill=("is_prefill", "any"),
-                                                       step_s=("step_s", "first"))
+    the most common decode shape (rows and tokens), a floor under any step-time model's error."""
+    steps = pd.read_csv(step_log).groupby("step").agg(rows=("request", "size"), tokens=("scheduled", "sum"),
+                                                       prefill=("is_prefill", "any"), step_s=("step_s", "first"))
     decode = steps[~steps["prefill"]]
-    t = decode.loc[decode["rows"] == decode["rows"].mode()[0], "step_s"].to_numpy()
+    shape = decode.groupby(["rows", "tokens"]).size().idxmax()
+    t = decode.set_index(["rows", "tokens"]).loc[[shape], "step_s"].to_numpy()
     return float(np.median(np.abs(t / np.median(t) - 1)))
 
 
@@ -91,31 +95,54 @@ def _within_factor_two(errors: dict, noise: float) -> None:
             assert -0.5 < errors[key] < 1.0, (key, errors, f"engine repeatability {noise:.1%}")
 
 
+def _within(errors: dict, median: float, end_to_end: float, noise: float) -> None:
+    """The issue's bars: median step error below ``median``, throughput and mean TPOT within ``end_to_end``."""
+    assert errors["median_step_ape"] < median, (errors, f"engine repeatability {noise:.1%}")
+    for key in ("throughput_error", "tpot_error"):
+        if errors.get(key) is not None:
+            assert abs(errors[key]) < end_to_end, (key, errors, f"engine repeatability {noise:.1%}")
+
+
+# A step shape repeating to within this (median deviation) marks a quiet machine, where the issue's bars
+# hold (measured here: 0.2-6% on a quiet machine, 21-28% under other jobs' load).
+QUIET = 0.08
+CHUNK = ("--max-num-batched-tokens", "1024")
+
+
 @pytest.mark.vllm
 def test_step_profile_holds_on_held_out_steps_and_another_run(tmp_path, vllm_check):
-    """One engine run (the tier's K = 5, 24 sequences, shared with tests/test_validate_vllm.py) fits a
-    profile on its odd steps; its even steps, and one more run (K = 3, 8 sequences) validated with that
-    profile, are predicted and their errors reported (the bounds asserted: see ``_within_factor_two``)."""
+    """One engine run (K = 5, 24 sequences) fits a profile on its odd steps; its even steps, and one
+    more run (K = 3, 8 sequences) validated with that profile (``validate --engine vllm --profile``),
+    are predicted. Both runs chunk prefill at 1,024 tokens, so the fit sees prefill in a dozen steps,
+    not one (at vLLM's 8,192 the whole prefill is two steps, the first of them the warm-up).
+
+    On a quiet machine (``QUIET``) the issue's bars are asserted: median step error below 10%,
+    throughput and TPOT within 5% on the held-out half, and within 9% on the second run (5% plus the
+    3.9% by which identical engine runs' total times differed here: the engine's own drift between
+    runs). Under load, where the engine repeats a step only to 20-30%, only what a wrong computation
+    breaks: every error within a factor of 2."""
     pytest.importorskip("vllm")
-    first = vllm_check("k5-batched")
+    first = vllm_check("k5-chunked", *CHUNK)
     cal = subprocess.run([sys.executable, "-m", "specplan", "calibrate", "--from-logs", str(first / "engine_steps.csv"),
                           "--out", str(tmp_path / "cal")], cwd=ROOT, capture_output=True, text=True)
     assert cal.returncode == 0, cal.stderr[-2000:]
     fit = json.loads((tmp_path / "cal" / "step_fit.json").read_text())
-    noise = _repeatability(first / "engine_steps.csv")  # named in a failure: a loaded machine repeats worse
-    # The issue's targets (median step error < 10%, throughput and TPOT within 5%) are printed, not asserted:
-    # on a shared CPU the engine repeats a step of one shape only to within 20-30%, so an assertion on them
-    # would test the machine. What is asserted, only a wrong computation breaks (a unit slip, a missing term,
-    # the wrong steps held out): the held-out prediction within a factor of 2, bias and throughput included.
-    print(f"held-out: {fit['heldout']}; whole run: {fit['whole_run']}; engine repeatability {noise:.1%}")
-    _within_factor_two(fit["heldout"], noise)
+    noise = _repeatability(first / "engine_steps.csv")
+    print(f"form {fit['form']}; held-out: {fit['heldout']}; whole run: {fit['whole_run']}; "
+          f"warm-up {fit['warmup']}; engine repeatability {noise:.1%}")
     spec = json.dumps({**NGRAM, "num_speculative_tokens": 3})
-    out = vllm_check("k3-8seqs-profiled", "--max-num-seqs", "8", "--speculative-config", spec,
+    out = vllm_check("k3-8seqs-profiled", *CHUNK, "--max-num-seqs", "8", "--speculative-config", spec,
                      "--profile", str(tmp_path / "cal" / "profile.yaml"))
     second = json.loads((out / "summary.json").read_text())
     assert second["iterations_differing"] == 0
     t = second["timing"]
-    print(f"second run (K = 3, 8 sequences): {t}")
-    _within_factor_two(t, _repeatability(out / "engine_steps.csv"))
-    assert {r["term"] for r in t["residuals"]} >= {"draft-on", "draft-off"}
+    noise2 = _repeatability(out / "engine_steps.csv")
+    print(f"second run (K = 3, 8 sequences): {t}; engine repeatability {noise2:.1%}")
+    if max(noise, noise2) <= QUIET:
+        _within({**fit["heldout"], "tpot_error": fit["whole_run"]["tpot_error"]}, 0.10, 0.05, noise)
+        _within(t, 0.10, 0.09, noise2)
+    else:
+        _within_factor_two(fit["heldout"], noise)
+        _within_factor_two(t, noise2)
+    assert {r["term"] for r in t["residuals"]} >= {"draft-on", "prefill"}
     assert "Where the error sits" in (out / "report.md").read_text()

@@ -20,16 +20,17 @@ takes (``--set cost.model=profile --set cost.profile=DIR/profile.yaml``)::
         + host.step_s + host.per_seq_s B                                    (host, per step)
         + [drafting] (host.draft_step_s + host.draft_per_seq_s R_draft)     (drafter)
 
-``g`` is piecewise linear over knots at the measured token counts (the largest in each doubling bin,
-``knots_for``), written as non-negative increments so that it never falls (more tokens never take
-less time). The host step term is the
-median of the measured ``host_s`` when the log has it (the per-sequence term is fitted with the rest);
-otherwise it is part of ``g(1)``. One non-negative least-squares problem in relative error
-(each step's row divided by its measured time), columns scaled to unit maximum.
+``g`` is piecewise linear over knots, written as non-negative increments so that it never falls (more
+tokens never take less time). The host step term is the median of the measured ``host_s`` when the log
+has it (the rest is fitted); otherwise it is part of ``g(1)``. Which terms are kept, and how ``g`` is
+knotted, is chosen by cross-validation on the fitting steps (``step_forms``: terms that move together
+within one run are not all kept); the rest are 0. Each is one non-negative least-squares problem in
+relative error (each step's row divided by its measured time), columns scaled to unit maximum.
 
-Held out: by default every other step (``alternate``: odd steps fit, even steps checked), or the
-second half (``first-half``). The report: median and p90 absolute per-step error, its bias, the
-throughput error over the held-out steps, the mean-TPOT error of the whole run priced by the fit, and
+The engine's first step is warm-up (``step_errors.WARMUP_STEPS``): neither fitted nor checked, its
+measured and predicted seconds reported. Held out: by default every other step (``alternate``: odd
+steps fit, even steps checked), or the second half (``first-half``). The report: the form kept and the best forms' scores; median and p90
+absolute per-step error, its bias, the throughput error over the held-out steps, the mean-TPOT error of the whole run priced by the fit, and
 the residuals per class of step (``step_errors.residuals``).
 """
 
@@ -43,11 +44,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import yaml
-from scipy.optimize import nnls
 
 from specplan.atomic import atomic_write_text
-from specplan.calibration.fit import monotone_basis
-from specplan.calibration.step_errors import request_tpot, residuals, step_classes
+from specplan.calibration.step_forms import StepForm, select_form
+from specplan.calibration.step_errors import WARMUP_STEPS, request_tpot, residuals, step_classes
 from specplan.config import CostConfig
 from specplan.cost_models.base import StepBatch
 from specplan.cost_models.draft import DraftCost
@@ -130,46 +130,37 @@ def trtllm_step_terms(records: Sequence[dict], source: str) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- fit
-def knots_for(n: np.ndarray) -> np.ndarray:
-    """Knots where the steps are: 1, then the largest token count in each doubling bin (1, 2], (2, 4], ...
-    that holds a step, so g is linear between measured counts, never bent where no step was seen."""
-    n = np.asarray(n, dtype=np.int64)
-    bins = np.ceil(np.log2(np.maximum(n, 1))).astype(int)
-    tops = [int(n[bins == b].max()) for b in np.unique(bins)]
-    knots = sorted({1, *tops})
-    return np.array(knots if len(knots) > 1 else [1, 2], dtype=float)
-
-
-def fit_step_profile(train: pd.DataFrame, name: str, source: str) -> ProfileFile:
-    """A measured profile (with ``host`` terms, no CUDA-graph padding) fitted to per-step terms."""
-    t = train["step_s"].to_numpy(dtype=float)
+def fit_step_profile(train: pd.DataFrame, name: str, source: str,
+                     form: StepForm | None = None) -> tuple[ProfileFile, list[dict]]:
+    """A measured profile (with ``host`` terms, no CUDA-graph padding) fitted to per-step terms in the
+    ``form`` given or the one cross-validation keeps (``step_forms.select_form``; its scores returned,
+    empty when given); terms the form leaves out are 0."""
     host_measured = train["host_s"].notna().all()
     h0 = float(np.median(train["host_s"])) if host_measured else 0.0
-    knots = knots_for(train["num_tokens"].to_numpy())
-    n = train["num_tokens"].to_numpy(dtype=float)
-    drafting = train["drafting_rows"].to_numpy(dtype=float)
-    a = np.column_stack([monotone_basis(knots, n), train[["logit_tokens", "kv", "work_decode", "work_prefill", "rows"]]
-                         .to_numpy(dtype=float), (drafting > 0).astype(float), drafting])
-    a = a / t[:, None]
-    scale = np.abs(a).max(axis=0)
-    scale[scale == 0] = 1.0
-    theta, _ = nnls(a / scale, (t - h0) / t)
-    theta = theta / scale
+    scores: list[dict] = []
+    if form is None:
+        form, scores = select_form(train, h0)
+    theta, knots = form.solve(train, h0)
     m = len(knots)
     g = np.cumsum(theta[:m])
-    c_logit, a_kv, a_dec, a_pre, per_seq, d_step, d_seq = (float(v) for v in theta[m:])
+    w = dict.fromkeys(("logit_tokens", "kv", "work_decode", "work_prefill", "rows", "draft_step", "drafting_rows"), 0.0)
+    w.update({t: float(v) for t, v in zip(form.terms, theta[m:])})
     l_max = max(int(train["logit_tokens"].max()), 2)
     # The LM-head curve is linear: c_L per logit token (a Curve needs one positive value).
+    c_logit = w["logit_tokens"]
     lm = Curve(tokens=[1, l_max], seconds=[c_logit, max(c_logit * l_max, 1e-12)])
-    return ProfileFile(
-        format=PROFILE_FORMAT, name=name, provenance=Provenance(kind="measured", source=source),
+    profile = ProfileFile(
+        format=PROFILE_FORMAT, name=name, provenance=Provenance(kind="measured", source=f"{source}; form {form.label}"),
         model_shape=_NO_SHAPE, token_time=Curve(tokens=[int(k) for k in knots], seconds=[float(v) for v in g]),
-        lm_head_time=lm, attention=AttentionTerms(kv_s_per_token=a_kv, decode_work_s=a_dec, prefill_work_s=a_pre),
+        lm_head_time=lm, attention=AttentionTerms(kv_s_per_token=w["kv"], decode_work_s=w["work_decode"],
+                                                  prefill_work_s=w["work_prefill"]),
         measured_range=MeasuredRange(tokens=(int(knots[0]), int(knots[-1])), logit_tokens=(1, l_max),
                                      max_context=int(train["max_context"].max()), max_batch=int(train["rows"].max())),
-        host=HostTerms(step_s=h0, per_seq_s=per_seq, draft_step_s=d_step, draft_per_seq_s=d_seq),
+        host=HostTerms(step_s=h0, per_seq_s=w["rows"], draft_step_s=w["draft_step"],
+                       draft_per_seq_s=w["drafting_rows"]),
         cuda_graph_padding=False,
     )
+    return profile, scores
 
 
 def predict(profile: ProfileFile, terms: pd.DataFrame, drafter: str = "vllm_ngram") -> np.ndarray:
@@ -190,9 +181,10 @@ def predict(profile: ProfileFile, terms: pd.DataFrame, drafter: str = "vllm_ngra
 
 # ----------------------------------------------------------------------------- check
 def split_steps(terms: pd.DataFrame, how: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(fit, held_out)``: odd and even steps (``alternate``) or the first and second half (``first-half``)."""
+    """``(fit, held_out)``: odd and even steps (``alternate``, by step number) or the first and second
+    half (``first-half``)."""
     if how == "alternate":
-        odd = (np.arange(len(terms)) % 2) == 0
+        odd = (terms["step"].to_numpy() % 2) == 1
         return terms[odd], terms[~odd]
     if how == "first-half":
         h = len(terms) // 2
@@ -210,14 +202,15 @@ def step_errors(terms: pd.DataFrame, predicted: np.ndarray) -> dict:
 
 
 def run_report(profile: ProfileFile, terms: pd.DataFrame, rows: pd.DataFrame | None) -> dict:
-    """Errors of the whole run priced by ``profile``; with per-request rows, the mean-TPOT error and the
-    residuals by class of step."""
+    """Errors of the whole run after its warm-up (``WARMUP_STEPS``) priced by ``profile``; with per-request
+    rows, the mean-TPOT error and the residuals by class of step."""
     pred = predict(profile, terms)
-    out = step_errors(terms, pred)
+    w = WARMUP_STEPS
+    out = step_errors(terms.iloc[w:], pred[w:])
     if rows is not None:
         tpot_m = request_tpot(rows, terms["step_s"].to_numpy()).mean()
         out["tpot_error"] = float(request_tpot(rows, pred).mean() / tpot_m - 1)
-        out["residuals"] = residuals(step_classes(rows), terms["step_s"].to_numpy(), pred)
+        out["residuals"] = residuals(step_classes(rows).iloc[w:], terms["step_s"].to_numpy()[w:], pred[w:])
     return out
 
 
@@ -239,12 +232,12 @@ def calibrate_steps(paths: Sequence[str | Path], out: str | Path, holdout: str =
         terms, engine = vllm_step_terms(rows), "vllm"
     else:
         terms, engine = trtllm_step_terms(_iteration_records(str(path), path.read_text()), str(path)), "trtllm"
-    if len(terms) < 8:
-        raise TraceError(f"{path}: {len(terms)} steps; a step-time fit needs >= 8")
-    train, test = split_steps(terms, holdout)
+    if len(terms) < 8 + WARMUP_STEPS:
+        raise TraceError(f"{path}: {len(terms)} steps; a step-time fit needs >= {8 + WARMUP_STEPS} (the first is warm-up)")
+    train, test = split_steps(terms.iloc[WARMUP_STEPS:], holdout)
     name = f"{engine}-steps/{path.parent.name or path.stem}"
     source = f"specplan calibrate --from-logs {path} ({engine} steps, fitted on {holdout} {len(train)} of {len(terms)})"
-    profile = fit_step_profile(train, name, source)
+    profile, scores = fit_step_profile(train, name, source)
     pred = predict(profile, test)
     held = step_errors(test, pred)
     if rows is not None:
@@ -253,6 +246,9 @@ def calibrate_steps(paths: Sequence[str | Path], out: str | Path, holdout: str =
                                                        "heldout_points": held["steps"]})
     profile = profile.model_copy(update={"provenance": provenance})
     report = {"engine": engine, "source": str(path), "holdout": holdout, "fitted_steps": int(len(train)),
+              "form": next(s["form"] for s in scores if s["kept"]), "forms_scored": scores,
+              "warmup": {"steps": WARMUP_STEPS, "measured_s": terms["step_s"].iloc[:WARMUP_STEPS].tolist(),
+                         "predicted_s": predict(profile, terms.iloc[:WARMUP_STEPS]).tolist()},
               "heldout": held, "whole_run": run_report(profile, terms, rows),
               "host_measured": bool(terms["host_s"].notna().all())}
     out = Path(out)

@@ -41,7 +41,7 @@ def _markdown(summary: dict) -> str:
         t = s["timing"]
         lines += ["", f"Step times, priced by profile `{s['profile']}`: median per-iteration error "
                       f"{t['median_step_ape']:.1%} (p90 {t['p90_step_ape']:.1%}, bias {t['step_bias']:+.1%}) over "
-                      f"{t['iterations_timed']} iterations; throughput {t['sim_throughput_tok_s']:.1f} tok/s simulated "
+                      f"{t['iterations_timed']} iterations after the engine's warm-up step{_warmup(t)}; throughput {t['sim_throughput_tok_s']:.1f} tok/s simulated "
                       f"against {t['engine_throughput_tok_s']:.1f} measured ({t['throughput_error']:+.1%}); mean TPOT "
                       f"{t['sim_mean_tpot_s'] * 1e3:.2f} ms against {t['engine_mean_tpot_s'] * 1e3:.2f} ms "
                       f"({t['tpot_error']:+.1%})."]
@@ -74,3 +74,10 @@ def write_outputs(out: Path, summary: dict, iterations: pd.DataFrame, requests: 
     atomic_write(out / "requests.csv", lambda p: requests.to_csv(p, index=True, index_label="request"))
     atomic_write_text(out / "summary.json", json.dumps(plain(summary), indent=2) + "\n")
     atomic_write_text(out / "report.md", _markdown(summary))
+
+
+def _warmup(t: dict) -> str:
+    """The warm-up steps' seconds, engine against simulated (``step_errors.WARMUP_STEPS``)."""
+    w = t.get("warmup") or {}
+    pairs = [f"{e:.2f} s measured, {s:.2f} s simulated" for e, s in zip(w.get("engine_s", []), w.get("sim_s", []))]
+    return f" ({'; '.join(pairs)})" if pairs else ""
