@@ -158,6 +158,20 @@ def test_invariants_under_random_configs(scenario):
     assert starts[0] == pytest.approx(np.nanmin(arrival))
 
 
+def test_vllm_unchunked_context_that_does_not_fit_waits():
+    # vLLM with chunked prefill off (Scheduler.schedule's waiting loop: break): budget 36, three rows.
+    # Step 1 prefills the three 1-token prompts; step 2 the next two (2 tokens), and the 35-token prompt,
+    # over the 34 left, waits (it once ran as a 34-token decode row, past the KV it held); step 3 prefills it.
+    settings = EngineSettings(3, 36, 3, 16, 5, "GUARANTEED_NO_EVICT", False, False, False, 0, path=VLLM,
+                              k_from="scheduled")
+    wl = Workload(np.array([1, 1, 1, 1, 1, 35]), np.ones(6, dtype=np.int64), None, np.full(6, -1), concurrency=3)
+    ex = Executor(settings, wl, alpha_oracle(0.0, wl.prompt_lens, wl.output_lens, 0, max_k=8), _Affine())
+    ex.run()
+    it = metrics.iteration_table(ex.trace)
+    assert it["prefill_tokens"].tolist() == [3, 2, 35] and it["gen_rows"].tolist() == [0, 0, 0]
+    assert it["prefill_done"].tolist() == [3, 2, 1] and it["kv_blocks_used"].tolist() == [3, 2, 3]
+
+
 def test_prefill_draft_of_hf_prompt_lookup(make_config):
     # HF prompt lookup verifies a draft in the prefill forward: a request whose answer repeats its
     # prompt gets more than one token from its prefill step. Prompt "1 2 3 4 5 6 1 2", answer

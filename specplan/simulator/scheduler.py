@@ -172,7 +172,9 @@ def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, st
 
     A vLLM decode row (``budget_rule`` draft) that does not fit gets the tokens left and its draft is
     cut to them (``Scheduler.schedule``: ``num_new_tokens = min(num_new_tokens, token_budget)``); the
-    pass ends when no budget is left; a context that does not fit gets the rest as its chunk.
+    pass ends when no budget is left; a context that does not fit gets the rest as its chunk, or, with
+    chunked prefill off, ends the pass (``if not enable_chunked_prefill and num_new_tokens >
+    token_budget: break``, the waiting loop).
 
     Prefix caching (``pc_mode``, ``specplan.simulator.prefix_cache``): a request reached with nothing
     computed looks its cached blocks up first; under ``SAME_STEP`` (vLLM) the blocks a context row
@@ -217,7 +219,7 @@ def schedule_step(act, counters, plen, olen, computed, ctx_target, generated, st
             if chunked and is_ctx and left > 0:
                 out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, left, True, left
                 n += 1
-            elif budget_rule == DRAFT_BUDGET and left > 0:
+            elif budget_rule == DRAFT_BUDGET and not is_ctx and left > 0:  # vLLM unchunked: a context waits
                 out_rows[n], out_q[n], out_ctx[n], out_width[n] = r, left, False, left
                 n += 1
             break
