@@ -41,7 +41,7 @@ def available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _scheduler(max_num_seqs: int, k: int, block_size: int, folder: str):
+def _scheduler(max_num_seqs: int, k: int, block_size: int, folder: str, device: str):
     """vLLM's scheduler alone, for ``max_num_seqs`` rows drafting ``k`` tokens each."""
     import torch
     from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig,
@@ -56,7 +56,7 @@ def _scheduler(max_num_seqs: int, k: int, block_size: int, folder: str):
     cache.num_gpu_blocks = blocks
     spec = (SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=3,
                               target_model_config=model, target_parallel_config=ParallelConfig()) if k else None)
-    config = VllmConfig(model_config=model, cache_config=cache, device_config=DeviceConfig("cpu"),
+    config = VllmConfig(model_config=model, cache_config=cache, device_config=DeviceConfig(device),
                         scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=8192,
                                                          max_model_len=8192, is_encoder_decoder=False),
                         speculative_config=spec)
@@ -73,13 +73,14 @@ def _write_model_config(folder: str) -> None:
     (Path(folder) / "config.json").write_text(json.dumps(config))
 
 
-def time_batch(batch: int, forward: Callable[[], object], k: int, block_size: int, folder: str) -> float:
+def time_batch(batch: int, forward: Callable[[], object], k: int, block_size: int, folder: str,
+               device: str = "cpu") -> float:
     """Median host seconds per decode step of ``batch`` rows (see the module docstring)."""
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request
 
-    sched = _scheduler(batch, k, block_size, folder)
+    sched = _scheduler(batch, k, block_size, folder, device)
     for i in range(batch):
         prompt = [(7 * i + j) % 997 + 1 for j in range(PROMPT_TOKENS)]
         sched.add_request(Request(str(i), prompt, SamplingParams(max_tokens=10 * STEPS, ignore_eos=True), None))
@@ -101,12 +102,12 @@ def time_batch(batch: int, forward: Callable[[], object], k: int, block_size: in
 
 
 def measure(forward_for: Callable[[int, int], Callable[[], object]], batches: Sequence[int] = BATCHES,
-            k: int = DRAFT_LEN, block_size: int = 128) -> list[dict]:
+            k: int = DRAFT_LEN, block_size: int = 128, device: str = "cpu") -> list[dict]:
     """``{"batch", "draft_len", "host_s"}`` per batch; ``forward_for(batch, query_len)`` gives the forward
-    closure of a decode step of that shape (the calibration stack's)."""
+    closure of a decode step of that shape (the calibration stack's); ``device`` the engine's."""
     with tempfile.TemporaryDirectory(prefix="specplan-host-") as folder:
         _write_model_config(folder)
-        return [{"batch": b, "draft_len": k, "host_s": time_batch(b, forward_for(b, 1 + k), k, block_size, folder)}
+        return [{"batch": b, "draft_len": k, "host_s": time_batch(b, forward_for(b, 1 + k), k, block_size, folder, device)}
                 for b in batches]
 
 

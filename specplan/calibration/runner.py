@@ -212,8 +212,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                                              progress, MAX_PASSES if passes is None else passes)
         expert_df = (experts.measure(stack, time_cuda if device == "cuda" else time_cpu, device, grid, BLOCK_S[device],
                                      repeats, deadline_for(MEASURE_SHARE), random.Random(seed)) if spec.moe else None)
-        host_rows = host_bench.measure(_forward_for(stack, torch, device), block_size=16 if device == "cuda" else 128) \
-            if host_bench_on else []
+        host_rows = (host_bench.measure(_forward_for(stack, torch, device), block_size=16 if device == "cuda" else 128,
+                                        device=device) if host_bench_on else [])
     run.update({"attention_backend": stack.attention_backend(), "gpu_state_after": gpu_state() if device == "cuda" else None,
                 "cuda": torch.version.cuda, "torch": str(torch.__version__), "threads": torch.get_num_threads(),
                 "points": {"total": len(points), "measured": len(measured),
