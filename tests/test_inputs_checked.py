@@ -79,3 +79,18 @@ def test_read_checked_refuses_size_encoding_and_folders(tmp_path):
         read_checked(bad)
     with pytest.raises(ConfigError, match="not a file"):
         read_checked(tmp_path)
+
+
+@pytest.mark.parametrize("trace, says", [("''", "workload.trace: empty; give a bundled trace"),
+                                         ("/nonexistent/x.jsonl", "workload.trace: /nonexistent/x.jsonl: no bundled trace"),
+                                         (".", "workload.trace: .: not a file")])
+def test_trace_that_names_nothing_is_refused_before_the_plan(tmp_path, capsys, trace, says):
+    """An empty, missing or folder ``workload.trace``: one line naming the field, nothing printed before
+    it (it was once refused only when the run loaded the trace, after the scenario's plan)."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"workload: {{trace: {trace}, num_requests: 3}}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", str(config)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and err.splitlines() == [err.strip()]
+    assert err.startswith(f"error: {says}")

@@ -135,6 +135,7 @@ def recommend(
     """Find per batch-size band the K that maximises goodput under the SLOs; write TensorRT-LLM and vLLM configs."""
     from specplan.atomic import atomic_write_text
     from specplan.config import build_config, load_config
+    from specplan.workloads.bundled import check_trace
     from specplan.engine_config import engine_config_layer, import_engine_config, merge_sections
     from specplan.cli.output import claim_output_dir
     from specplan.cli.progress import compile_notice
@@ -146,6 +147,7 @@ def recommend(
     from specplan.sweeps.runners import make_runner
 
     cfg = load_config(config, set_, engine_config_layer(engine_config))
+    check_trace(cfg.workload.trace)  # before anything is printed or run
     rates_list = number_list(rates, "--rates")
     band_edges = number_list(bands, "--bands", int)
     inputs = {"scenario": cfg.model_dump(mode="json"), "slo_ms": [slo_tpot_ms, slo_ttft_ms], "rates": rates_list,

@@ -172,8 +172,10 @@ def simulate(
     if csv and out is None:
         raise ConfigError("--csv: give --out DIR to write the CSV tables into")
     from specplan.engine_config import engine_config_layer
+    from specplan.workloads.bundled import check_trace
 
     cfg = load_config(config, set_, engine_config_layer(engine_config))
+    check_trace(cfg.workload.trace)  # before anything is printed or run
     if out is not None:
         claim_output_dir(out, "simulate", {"scenario": cfg.model_dump(mode="json"), "baseline": baseline},
                          overwrite, SIMULATE_OUTPUTS)

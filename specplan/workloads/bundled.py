@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from specplan.errors import ConfigError, TraceError
+from specplan.workloads.synthetic import is_synthetic
 
 KINDS = ("workload", "recorded_acceptance")
 
@@ -54,6 +55,22 @@ def _registry() -> dict[str, BundledTrace]:
 def bundled_traces(kind: str | None = None) -> dict[str, BundledTrace]:
     """All bundled traces by name, optionally only those of one ``kind``."""
     return {n: t for n, t in _registry().items() if kind is None or t.kind == kind}
+
+
+def check_trace(spec: str | None) -> None:
+    """Refuse, before any work, a ``workload.trace`` that is neither synthetic, a bundled trace's name
+    nor a file (empty, missing, a folder): one TraceError line naming the field and the traces there are."""
+    if is_synthetic(spec) or spec in bundled_traces("workload"):
+        return
+    names = ", ".join(bundled_traces("workload")) or "none"
+    if not spec.strip():
+        raise TraceError(f"workload.trace: empty; give a bundled trace ({names}), a trace file, or null for "
+                         "synthetic lengths")
+    path = Path(spec)
+    if not path.exists():
+        raise TraceError(f"workload.trace: {spec}: no bundled trace of that name and no such file (bundled: {names})")
+    if not path.is_file():
+        raise TraceError(f"workload.trace: {spec}: not a file; give a trace file or a bundled trace ({names})")
 
 
 def get_bundled(name: str, kind: str = "workload") -> BundledTrace:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from specplan.errors import ConfigError, TraceError
-from specplan.workloads.bundled import bundled_traces, get_bundled
+from specplan.workloads.bundled import bundled_traces, check_trace, get_bundled
 from specplan.workloads.burstgpt import BURSTGPT_COLUMNS, csv_header, load_burstgpt
 from specplan.workloads.chat_templates import ChatTemplate
 from specplan.workloads.datasets import (load_openai_requests, load_trtllm_bench, load_vllm_custom, load_vllm_sharegpt,
@@ -168,10 +168,8 @@ def load_workload(
             raise ConfigError(f"workload.format_options: trace {spec!r} is bundled and already tokenized; "
                               f"{', '.join(format_options)} do not apply")
         return list(_bundled_requests(spec))
+    check_trace(spec)
     path = Path(spec)
-    if not path.exists():
-        names = ", ".join(bundled_traces("workload")) or "none"
-        raise TraceError(f"{spec}: no bundled trace of that name and no such file (bundled: {names})")
     if template is None and isinstance(tokenizer, (str, os.PathLike)) and (Path(tokenizer) / "tokenizer_config.json").is_file():
         from specplan.workloads.model_folder import model_folder
 
