@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from specplan.calibration import host_bench
 from specplan.cli import app
-from specplan.errors import ConfigError
+from specplan.errors import SpecplanError
+from specplan.validation import vllm_env
 
 
 def test_host_line_through_the_batches():
@@ -20,9 +21,9 @@ def test_host_line_through_the_batches():
     assert per_seq_s == 0.0 and step_s == pytest.approx(2e-4)  # the mean: the best flat line
 
 
-@pytest.mark.skipif(host_bench.available(), reason="vLLM is importable here")
+@pytest.mark.skipif(vllm_env.importable(), reason="vLLM is importable here")
 def test_host_bench_without_vllm_is_one_line_before_measuring(tmp_path):
     res = CliRunner().invoke(app, ["calibrate", "--model", "tiny", "--device", "cpu", "--host-bench",
                                    "--out", str(tmp_path / "cal")])
-    assert isinstance(res.exception, ConfigError) and "--host-bench" in str(res.exception)
+    assert isinstance(res.exception, SpecplanError) and str(res.exception).startswith("--host-bench needs vLLM")
     assert not (tmp_path / "cal" / "measurements.csv").exists()

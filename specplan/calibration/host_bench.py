@@ -20,7 +20,6 @@ curve (the stack's greedy argmax), each its own term.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tempfile
 import time
@@ -34,11 +33,6 @@ BATCHES = (1, 4, 8, 16, 24)
 DRAFT_LEN = 5
 PROMPT_TOKENS = 256
 STEPS, SKIP = 30, 6  # steps run per batch, and the first ones (prefill, warm-up) not kept
-
-
-def available() -> bool:
-    """Whether vLLM (whose scheduler is timed) is importable here."""
-    return importlib.util.find_spec("vllm") is not None
 
 
 def _scheduler(max_num_seqs: int, k: int, block_size: int, folder: str, device: str):

@@ -237,8 +237,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     mode = preferred_mode(df)
     profile, err, n_test = _fit(df, mode, spec, name, gpu_key, tp, dtype_name,
                                 heldout_fraction, seed, draft_rows, draft_what, run, sa_fit)
-    host = {"measured": False, "why": "--no-host-bench, or vLLM not importable (the profile then takes "
-                                      "cost.host_overhead_s and cost.host_overhead_per_seq_s)"}
+    host = {"measured": False, "why": "without --host-bench the profile takes cost.host_overhead_s and "
+                                      "cost.host_overhead_per_seq_s"}
     if host_rows:
         step_s, per_seq_s = host_bench.fit_host(host_rows)
         profile = profile.model_copy(update={"host": HostTerms(step_s=step_s, per_seq_s=per_seq_s)})

