@@ -21,10 +21,16 @@ def _first_error(errors: list[dict]) -> dict:
     return max(same, key=lambda e: len(e["loc"]))  # max keeps the first of equals
 
 
+def _shown(part) -> str:
+    """A field name as typed, quoted where it holds what a line cannot show (a newline, a blank)."""
+    text = str(part)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
+
+
 def format_validation_error(exc, source: str = "config") -> str:
     """Turn a pydantic ValidationError into one line naming the dotted field."""
     err = _first_error(exc.errors())
-    loc = ".".join(str(p) for p in err["loc"] if not _union_tag(p))
+    loc = ".".join(_shown(p) for p in err["loc"] if not _union_tag(p))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the documented fields)"

@@ -94,3 +94,23 @@ def test_trace_that_names_nothing_is_refused_before_the_plan(tmp_path, capsys, t
     out, err = capsys.readouterr()
     assert exit_info.value.code == 2 and out == "" and err.splitlines() == [err.strip()]
     assert err.startswith(f"error: {says}")
+
+
+def test_a_field_name_a_line_cannot_show_is_quoted():
+    from specplan.config import build_config
+
+    with pytest.raises(ConfigError) as info:
+        build_config({"workload": {"\n": 1}})
+    assert str(info.value) == "config: workload.'\\n': unknown field (check the spelling against the documented fields)"
+
+
+def test_refusal_found_building_the_run_comes_before_the_plan(tmp_path, capsys):
+    """A prompt over max_num_tokens without chunked prefill is found when the executor is built; the
+    scenario's plan (on stderr with ``--format json``) is printed only after that, so the refusal is alone."""
+    config = tmp_path / "c.yaml"
+    config.write_text("engine: {max_num_tokens: 1}\nworkload: {trace: null, num_requests: 3, prompt_len: 8, output_len: 4}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", str(config), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and err.splitlines() == [err.strip()]
+    assert err.startswith("error: engine.max_num_tokens: request 0 has a 8-token prompt")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.table import Table
@@ -133,14 +133,17 @@ def _csv(rows: list[list], baseline: bool) -> str:
     return buf.getvalue()
 
 
-def _run_with_progress(cfg: SimConfig, cost, description: str):
-    """``simulate`` with a bar of completed requests once it runs longer than a couple of seconds."""
+def _run_with_progress(cfg: SimConfig, cost, description: str, announce: Optional[Callable[[], None]] = None):
+    """``simulate`` with a bar of completed requests once it runs longer than a couple of seconds;
+    ``announce()`` runs once the first executor is built (its inputs checked), before the run."""
     from specplan.cli.progress import compile_notice, progress_bar
     from specplan.simulator.run import simulate as run_sim
 
     seen: list = []
 
     def started(executor) -> None:
+        if not seen and announce is not None:
+            announce()
         compile_notice()  # the workload is read and the oracle built: no input error can follow the notice
         seen.append(executor)
 
@@ -181,14 +184,17 @@ def simulate(
     cost = build_cost(cfg)
     console = make_console(stderr=fmt != "table")
     resolved = resolve(cfg)  # AUTO expanded, engine presets applied: what the engine would run
-    if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
-        console.print(f"Resolved speculative config ({cfg.engine.engine}): "
-                      f"{resolved.speculation.model_dump(exclude_defaults=True)}")
-    console.print(describe_scenario(resolved, cost.describe()))
-    warn_schedule_reading(resolved)
-    console.print(f"K per batch size ({path_for(cfg.engine.engine, resolved.speculation.decoding_type).name} "
-                  f"path): {describe_bands(resolved)}")
-    result = _run_with_progress(cfg, cost, "simulating")
+
+    def announce() -> None:  # once the run is built: a refusal of its inputs comes alone, before this
+        if resolved.speculation.model_copy(update={"k_from": None}) != cfg.speculation.model_copy(update={"k_from": None}):
+            console.print(f"Resolved speculative config ({cfg.engine.engine}): "
+                          f"{resolved.speculation.model_dump(exclude_defaults=True)}")
+        console.print(describe_scenario(resolved, cost.describe()))
+        warn_schedule_reading(resolved)
+        console.print(f"K per batch size ({path_for(cfg.engine.engine, resolved.speculation.decoding_type).name} "
+                      f"path): {describe_bands(resolved)}")
+
+    result = _run_with_progress(cfg, cost, "simulating", announce)
     base = _run_with_progress(baseline_config(cfg), cost, "baseline") if baseline else None
     summary = {k: result.summary[k] for k in SUMMARY_KEYS} | {"seed": cfg.seed}
     summary["resolved_speculation"] = result.description.get("speculation")
