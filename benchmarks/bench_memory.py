@@ -13,8 +13,11 @@ cache), the shape of a large fleet's day: each prints its peak RSS against the t
 for a million, 2,048 MiB for ten million), its CPU seconds and CPU microseconds per request, and
 the last line the ratio of the largest run's per-request CPU to the smallest's (1.0 is linear).
 Logs past ``specplan.simulator.spill.CHUNK_ROWS`` rows go to disk in chunks under ``$TMPDIR``
-(about 1 GB a million requests, removed after). A size the config refuses (``workload.num_requests``
-is capped at ``config.MAX_REQUESTS``, two million today) prints the refusal instead of figures.
+(about 1 GB a million requests, removed after) and the summary reads them back a chunk at a time;
+the engine holds slots for the requests in flight and a few hundred finished ones. A size the
+config refuses (``workload.num_requests`` is capped at ``config.MAX_REQUESTS``, ten million, and a
+run must fit this machine's memory by ``limits``' estimate) prints the refusal instead of figures.
+Ten million requests take about 11 CPU-minutes and 11 GB of temporary disk.
 
     python benchmarks/bench_memory.py --scale [--requests 1000000 --requests 10000000]
 """

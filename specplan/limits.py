@@ -14,7 +14,12 @@ allocated, numpy's buffers included) and the process's peak RSS:
   as there are requests): 1 000 -> 5 000 clients of 5 000 requests raised the peak by 3.8 MB (about
   960-1 020 B each; 880 B at 20 000 requests); ``CLIENT_BYTES`` takes it with a
   margin.
-- a request: about 5 KB (``config.MAX_REQUESTS``, from ``benchmarks/bench_memory.py``).
+- a request: about 5 KB with its tokens and drafter tables (a trace's requests, or synthetic ones
+  whose run reads tokens), from ``benchmarks/bench_memory.py``'s 100,000-request modes; a synthetic
+  request whose run reads lengths only (``run_reads.lengths_only``) holds a few numbers by request
+  id (lengths, arrival, results, the acceptance stream's place), the engine a slot only while it is
+  in flight: LENGTHS_REQUEST_BYTES, from ``bench_memory.py --scale`` (peak RSS at ten million
+  requests less a small run's, over the requests).
 
 The machine's memory is the physical total (``SC_PHYS_PAGES * SC_PAGE_SIZE``, else ``/proc/meminfo``):
 a run estimated above it cannot finish, whatever else is running; one below it may still be slow.
@@ -28,6 +33,7 @@ from typing import Optional
 REPLICA_BYTES = 800_000
 CLIENT_BYTES = 1_200
 REQUEST_BYTES = 5_000
+LENGTHS_REQUEST_BYTES = 200
 
 
 def machine_memory_bytes() -> Optional[int]:
@@ -71,20 +77,22 @@ def memory_refusal(parts: dict[str, tuple[int, int, str]]) -> Optional[tuple[str
                    f"this machine has {_size(memory)}; lower {field} (at most about {room:,} fit)")
 
 
-def run_parts(replicas: int, clients: int, requests: int,
-              replicas_setting: str = "cluster.replicas") -> dict[str, tuple[int, int, str]]:
+def run_parts(replicas: int, clients: int, requests: int, replicas_setting: str = "cluster.replicas",
+              request_bytes: int = REQUEST_BYTES) -> dict[str, tuple[int, int, str]]:
     """The parts of one run's memory, keyed by the setting that sizes each (the replicas' is an option
     where a command chooses them, ``capacity --max-replicas``)."""
     return {replicas_setting: (replicas, REPLICA_BYTES, "replicas"),
             "workload.concurrency": (clients, CLIENT_BYTES, "closed-loop clients"),
-            "workload.num_requests": (requests, REQUEST_BYTES, "requests")}
+            "workload.num_requests": (requests, request_bytes, "requests")}
 
 
 def fleet_refusal(cfg, replicas: int, setting: str = "cluster.replicas") -> Optional[tuple[str, str]]:
     """``(setting, message)`` when a fleet of ``replicas`` copies of ``cfg``'s engine serving its workload
     cannot fit this machine, else None; ``setting`` is what chose the fleet size (``cluster.replicas``, or
     a command's option such as ``capacity --max-replicas``)."""
+    from specplan.run_reads import lengths_only
+
     w = cfg.workload
     clients = min(w.concurrency, w.num_requests) if w.arrival == "closed_loop" else 0  # the clients that start
-    return memory_refusal(run_parts(replicas, clients,
-                                    w.num_requests, setting))
+    each = LENGTHS_REQUEST_BYTES if lengths_only(cfg) else REQUEST_BYTES
+    return memory_refusal(run_parts(replicas, clients, w.num_requests, setting, each))

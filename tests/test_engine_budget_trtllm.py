@@ -136,7 +136,7 @@ def test_the_summary_counts_the_budget_speculation_costs_while_off():
     # request 2 active and left out: 8 x 19 = 152 tokens of budget paid for nothing, all while
     # speculation was off and a request waited. Iterations 21-39 speculate and compute what they pay.
     # Under KVCacheV2Scheduler nothing is over-charged.
-    from specplan.simulator.metrics import overcharge
+    from specplan.simulator.iteration_sums import overcharge
 
     ex, _ = _run(TRT_DRAFTER, max_concurrency=1)
     assert overcharge(ex.trace.iterations) == {"charged_tokens": 3 + 19 * 10 + 19 * 5, "overcharged_tokens": 152,

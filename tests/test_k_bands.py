@@ -73,7 +73,12 @@ def test_max_concurrency_switches_the_drafter_off_above_it():
 
 def test_share_of_steps_at_each_k():
     # a step that did not speculate counts at K 0 whatever K it looked up
-    assert k_shares([4, 4, 2, 4], [True, True, True, False]) == {0: 0.25, 2: 0.25, 4: 0.5}
+    from specplan.simulator.iteration_sums import SUMMED, iteration_figures
+
+    columns = {name: [0, 0, 0, 0] for name in SUMMED} | {"k": [4, 4, 2, 4], "spec_on": [True, True, True, False]}
+    counts = iteration_figures(columns)["k_counts"]
+    assert counts == {0: 1, 2: 1, 4: 2}
+    assert k_shares(counts) == {0: 0.25, 2: 0.25, 4: 0.5} and list(k_shares({4: 1, 0: 3})) == [0, 4]
 
 
 def test_ngram_warning_names_both_readings_and_the_intended_schedule():

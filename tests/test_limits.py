@@ -42,15 +42,16 @@ def test_unknown_machine_memory_refuses_nothing(monkeypatch):
     assert limits.memory_refusal({"a": (10**15, 10**6, "things")}) is None
 
 
-REQUESTS_BYTES = TINY["workload"]["num_requests"] * limits.REQUEST_BYTES
+REQUESTS_BYTES = TINY["workload"]["num_requests"] * limits.LENGTHS_REQUEST_BYTES  # synthetic lengths, alpha
 
 
 @pytest.mark.parametrize("sections,field,unit,rest", [
     # poisson arrivals: no clients; the rest is the requests
     ({"cluster": {"replicas": 1_000}}, "cluster.replicas", limits.REPLICA_BYTES, REQUESTS_BYTES),
-    # 1,000 requests, each sent by a client of its own (concurrency beyond the requests starts no client),
-    # plus one replica: the requests are the largest part
-    ({"workload": {"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 1_000}}, "workload.num_requests",
+    # 1,000 trace requests, each sent by a client of its own (concurrency beyond the requests starts no
+    # client), plus one replica: the requests are the largest part
+    ({"workload": {"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 1_000, "trace": "specbench",
+                   "sample_with_replacement": True}}, "workload.num_requests",
      limits.REQUEST_BYTES + limits.CLIENT_BYTES, limits.REPLICA_BYTES),
 ])
 def test_config_refused_at_the_boundary_the_estimate_draws(monkeypatch, sections, field, unit, rest):
@@ -67,8 +68,9 @@ def test_open_loop_concurrency_is_not_counted(monkeypatch):
     monkeypatch.setattr(limits, "machine_memory_bytes", lambda: 10**8)
     build_config(_doc(workload={"arrival": "poisson", "concurrency": 10**9}))  # no clients without closed_loop
     build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9}))  # 16 requests: 16 clients start
-    with pytest.raises(ConfigError, match="workload.num_requests"):  # clients and requests both count
-        build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 20_000}))
+    # 80,000 clients (96 MB) or requests (16 MB) alone fit 100 MB; both count, and the larger is named
+    with pytest.raises(ConfigError, match="workload.concurrency"):
+        build_config(_doc(workload={"arrival": "closed_loop", "concurrency": 10**9, "num_requests": 80_000}))
 
 
 def test_capacity_max_replicas_refused_before_any_work(tmp_path, capsys):
@@ -108,3 +110,35 @@ def test_per_replica_and_per_client_figures_bound_a_measured_run():
     per_client = (_peak_bytes(_doc(workload={**closed, "concurrency": 5_000}))
                   - _peak_bytes(_doc(workload={**closed, "concurrency": 1_000}))) / 4_000
     assert limits.CLIENT_BYTES / 5 < per_client <= limits.CLIENT_BYTES
+
+
+def test_per_request_figures_price_what_the_run_reads(monkeypatch):
+    """Synthetic lengths that nothing reads as tokens are priced at the lengths-only figure; a trace's
+    requests, or synthetic ones whose drafter reads tokens, at the full one (``run_reads.lengths_only``)."""
+    n = 1_000_000
+    for doc, each in ((_doc(workload={"num_requests": n}), limits.LENGTHS_REQUEST_BYTES),
+                      (_doc(workload={"num_requests": n}, acceptance={"mode": "drafter"}), limits.REQUEST_BYTES),
+                      (_doc(workload={"trace": "specbench", "num_requests": n, "sample_with_replacement": True}),
+                       limits.REQUEST_BYTES)):
+        monkeypatch.setattr(limits, "machine_memory_bytes", lambda: 10**12)
+        cfg = build_config(doc)
+        monkeypatch.setattr(limits, "machine_memory_bytes", lambda: n * each + limits.REPLICA_BYTES)
+        assert limits.fleet_refusal(cfg, 1) is None  # exactly fits
+        monkeypatch.setattr(limits, "machine_memory_bytes", lambda: n * each + limits.REPLICA_BYTES - 1)
+        assert limits.fleet_refusal(cfg, 1)[0] == "workload.num_requests"
+
+
+def test_lengths_only_request_figure_bounds_a_measured_run(monkeypatch):
+    """What one more lengths-only request allocates once the logs are at their chunk's size (they go
+    to disk beyond it): at most ``LENGTHS_REQUEST_BYTES`` and not far below it (within 5x). The
+    engine holds slots for the requests in flight (and a few hundred finished), so this is what is
+    kept by request id."""
+    from specplan.simulator import spill
+
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 1 << 12)
+    shape = {"arrival": "closed_loop", "concurrency": 64}
+    _peak_bytes(_doc(workload={**shape, "num_requests": 1_000}))  # compile and cache first
+    per_request = (_peak_bytes(_doc(workload={**shape, "num_requests": 100_000}))
+                   - _peak_bytes(_doc(workload={**shape, "num_requests": 20_000}))) / 80_000
+    print(f"{per_request:.0f} bytes a request")
+    assert limits.LENGTHS_REQUEST_BYTES / 5 < per_request <= limits.LENGTHS_REQUEST_BYTES

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from specplan.config import build_config
-from specplan.simulator.run import build_workload, reads_tokens, resolve, simulate
+from specplan.run_reads import reads_tokens
+from specplan.simulator.run import build_workload, resolve, simulate
 from specplan.workloads.traffic import build_requests
 
 BASE = {

@@ -183,13 +183,15 @@ def test_commit_step_commits_clamps_rewinds_and_completes():
     log = np.zeros((4, len(ITERATION_FIELDS)))
     record = np.array([7, 1.5, 0.25, 3, 2, 4, 1, 21], dtype=float)
     finished, stats = np.zeros(3, dtype=np.int64), np.zeros(step.NUM_STATS, dtype=np.int64)
+    st_.rid[:3] = [7, 3, 11]  # slots serve requests by id: the emissions name the requests
     ok = step.commit_step(rows, q_sched, q, ctx, 3, drafting, drafted, accepted, hist, 1.75, st_.plen, st_.olen,
                           st_.computed, st_.ctx_target, st_.generated, st_.emits, st_.first_token, st_.finish, held,
-                          st_.reserved, st_.act, st_.counters, 100, BLOCK, *em, 0, log, 0, record, finished, stats)
+                          st_.reserved, st_.act, st_.counters, 100, BLOCK, st_.rid, *em, 0, log, 0, record, finished,
+                          stats)
     assert ok
     assert st_.generated.tolist() == [1, 10, 5] and st_.computed[0] == 20
     assert st_.first_token[0] == 1.75 and np.isnan(st_.first_token[1:]).all()
-    assert em[0][:3].tolist() == [0, 1, 2] and em[2][:3].tolist() == [1, 2, 2] and (em[1][:3] == 1.75).all()
+    assert em[0][:3].tolist() == [7, 3, 11] and em[2][:3].tolist() == [1, 2, 2] and (em[1][:3] == 1.75).all()
     assert hist.tolist() == [0, 1, 0, 1, 0]
     # Rewind: resident = plen + generated - 1 -> 20, 17, 12 tokens: 2, 2, 1 blocks (5 in the record);
     # the completed request's 2 are then released.
@@ -317,33 +319,44 @@ def test_a_latched_gate_spans_the_rest_of_the_run():
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def _run_executor(cfg, compact: bool):
+def _run_executor(cfg, monkeypatch, reuse: bool):
     from specplan.acceptance import build_oracle
     from specplan.simulator.engine import Executor
     from specplan.simulator.metrics import emission_table, iteration_table, request_table
     from specplan.simulator.run import build_cost, build_prefix_cache, build_workload, kv_num_blocks, resolve, resolve_engine
+    from specplan.simulator import state
 
     cfg = resolve(cfg)
     wl, reqs = build_workload(cfg)
     ex = Executor(resolve_engine(cfg, kv_num_blocks(cfg)), wl,
                   build_oracle(cfg, reqs, wl.prompt_lens, wl.output_lens), build_cost(cfg),
-                  prefix_cache=build_prefix_cache(cfg, reqs), compact_slots=compact)
-    trace = ex.run()
+                  prefix_cache=build_prefix_cache(cfg, reqs))
+    with monkeypatch.context() as m:
+        if reuse:
+            m.setattr(state, "RECYCLE_AT", 1)  # each finished request's slot recycled at once
+        else:  # every request in a slot of its own, in arrival order
+            m.setattr(state.RequestState, "release", lambda st, slots: None)
+        trace = ex.run()
+    assert (ex.st.n < 30) == reuse  # 30 requests, 6 clients
     return request_table(trace, reqs), iteration_table(trace), emission_table(trace)
 
 
-def test_compact_slots_change_nothing():
-    """A fleet's replicas hold requests in arrival-order slots; on one replica that must give the
-    run that slot = request id gives (drafters, the prefix cache and the frontend see request ids)."""
+def test_released_slots_change_nothing(monkeypatch):
+    """Finished requests' slots are recycled for later ones (a run holds slots for the requests in
+    flight and a few finished ones); that must give the run a slot of its own per request gives (drafters, the prefix
+    cache and the frontend see request ids, the logs name requests, the active set keeps its order)."""
     for over in ({"speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1},
                   "acceptance": {"mode": "drafter"}, "workload": {"arrival": "poisson", "rate": 30.0}},
                  {"engine": {"engine": "vllm"}, "acceptance": {"mode": "drafter"},
-                  "speculation": {"decoding_type": "vllm_ngram", "max_draft_len": 3, "max_matching_ngram_size": 3}}):
+                  "speculation": {"decoding_type": "vllm_ngram", "max_draft_len": 3, "max_matching_ngram_size": 3}},
+                 {"engine": {"capacity_scheduler_policy": "MAX_UTILIZATION", "kv_num_blocks": 80},
+                  "speculation": {"decoding_type": "NGram", "max_draft_len": 4, "max_matching_ngram_size": 3},
+                  "acceptance": {"mode": "drafter"}}):  # 7 preemptions: victims keep their slots
         data = {"seed": 2, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
                 "workload": {"trace": "mtbench", "num_requests": 30, "arrival": "closed_loop", "concurrency": 6},
                 "cost": {"model": "roofline", "gpu": "h200", "model_name": "llama-3.1-8b"}}
         for key, value in over.items():
             data[key] = {**data.get(key, {}), **value}
         cfg = build_config(data)
-        for a, b in zip(_run_executor(cfg, False), _run_executor(cfg, True)):
+        for a, b in zip(_run_executor(cfg, monkeypatch, False), _run_executor(cfg, monkeypatch, True)):
             pd.testing.assert_frame_equal(a, b, check_exact=True)

@@ -12,13 +12,6 @@ from specplan.config import SimConfig, SpeculationConfig
 from specplan.errors import ConfigError
 
 
-def reads_tokens(cfg: SimConfig) -> bool:
-    """Whether ``build_oracle`` reads the requests' token ids: the exact drafters, the SA enhancer and
-    recorded logs do; the parametric oracles, and the one of a run without speculation, read lengths."""
-    sp, mode = cfg.speculation, cfg.acceptance.mode
-    return sp.sa_config is not None or mode == "recorded" or (mode == "drafter" and sp.decoding_type != "none")
-
-
 def build_oracle(cfg: SimConfig, requests: list, prompt_lens: np.ndarray, output_lens: np.ndarray,
                  drafter_cache=None) -> AcceptanceOracle:
     """The acceptance oracle of a (resolved) scenario: the exact drafter, a parametric or recorded one,

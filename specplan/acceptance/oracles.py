@@ -80,7 +80,7 @@ def _budget(k, output_len, committed):
     return max(min(k, output_len - committed - 1), 0)
 
 
-_OFFSET, _SIZE, _STEPS, _OUTPUT_LEN = range(4)  # the columns of ``_PerRequestUniforms._meta``
+_OFFSET, _STEPS = range(2)  # the columns of ``_PerRequestUniforms._meta``
 
 
 class _PerRequestUniforms:
@@ -89,17 +89,16 @@ class _PerRequestUniforms:
     Request r owns ``u[offset[r] : offset[r] + output_len[r]]`` (a request takes at most one step per
     output token). Its i-th speculative step always uses the same value, whatever the batch around
     it, so runs that differ only in scheduling see identical per-request acceptance sequences, and
-    the lookup is one compiled pass per iteration. A request's offset, block size, step count and
-    output length are one row of ``_meta``, so a draw reads one cache line of it per request (a
-    fleet's replica holds every eighth request, say, and a row per array would be a line per array).
+    the lookup is one compiled pass per iteration. A request's offset and step count are one row of
+    ``_meta`` (its block size and output length come from the output lengths it was given): 16 bytes
+    a request, held for every request of the run.
     """
 
     def __init__(self, seed: int, output_lens: np.ndarray) -> None:
-        sizes = np.maximum(output_lens, 1)
-        self._meta = np.zeros((len(output_lens), 4), dtype=np.int64)
-        self._meta[:, _OFFSET] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self._meta[:, _SIZE] = sizes
-        self._meta[:, _OUTPUT_LEN] = output_lens
+        self._olen = np.asarray(output_lens, dtype=np.int64)  # the oracle's own array, not a copy
+        sizes = np.maximum(self._olen, 1)
+        self._meta = np.zeros((len(sizes), 2), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=self._meta[1:, _OFFSET])
         self._seed = seed
         self._total = int(sizes.sum())
         # The uniforms from ``_base``, drawn when first needed (a run without speculation never
@@ -111,11 +110,12 @@ class _PerRequestUniforms:
         """Each row's drafted count (``draft_budget``'s rule) and accepted count: how many of
         ``survival`` its next uniform is below, capped at drafted (the inverse-CDF draw of the
         accepted prefix); one compiled pass."""
-        drafted, accepted, lo, hi = _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta)
+        drafted, accepted, lo, hi = _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta,
+                                                   self._olen)
         if len(drafted) == len(rids):
             return drafted, accepted
         self._window(lo, hi)
-        return _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta)[:2]
+        return _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta, self._olen)[:2]
 
     def _window(self, lo: int, hi: int) -> None:
         # The stream's uniforms lo..hi and on, as one draw of them all would give them: the float32
@@ -132,20 +132,20 @@ _WINDOW = 1 << 22  # uniforms drawn at a time (16 MiB)
 
 
 @njit(cache=True)
-def _draw_accepted(rids, committed, k, survival, u, base, meta):
+def _draw_accepted(rids, committed, k, survival, u, base, meta, olen):
     # Drafted and accepted per row; when a row's uniforms lie outside u (from ``base``), nothing is
     # drawn: two empty arrays and the span of offsets the rows need.
     lo, hi = np.iinfo(np.int64).max, 0
     for i in range(len(rids)):
         m = meta[rids[i]]
-        lo, hi = min(lo, m[_OFFSET]), max(hi, m[_OFFSET] + m[_SIZE])
+        lo, hi = min(lo, m[_OFFSET]), max(hi, m[_OFFSET] + max(olen[rids[i]], 1))
     if len(rids) and (lo < base or hi > base + len(u)):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), lo, hi
     drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
-        m = meta[rids[i]]
-        drafted[i] = _budget(k, m[_OUTPUT_LEN], committed[i])
-        x = u[m[_OFFSET] - base + min(m[_STEPS], m[_SIZE] - 1)]
+        m, output_len = meta[rids[i]], olen[rids[i]]
+        drafted[i] = _budget(k, output_len, committed[i])
+        x = u[m[_OFFSET] - base + min(m[_STEPS], max(output_len, 1) - 1)]
         m[_STEPS] += 1
         hits = 0
         for s in survival:

@@ -156,7 +156,7 @@ class Drafter:
         iteration it happened, a sample out of [0, 1] refused as the gate refuses it."""
         ints, floats = self.fields["ints"], self.fields["floats"]
         if ints[SAMPLES]:
-            ex.trace.gate_samples.extend(self.fields["samples"][:ints[SAMPLES]].tolist())
+            ex.trace.gate_samples.frombytes(self.fields["samples"][:ints[SAMPLES]].tobytes())
             ints[SAMPLES] = 0
         if ints[TRIPPED]:
             ints[TRIPPED] = 0

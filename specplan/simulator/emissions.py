@@ -8,6 +8,7 @@ it starts again in the same arrays, between steps, so compiled code never sees t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
@@ -38,9 +39,8 @@ def _grown(a: np.ndarray, n: int, capacity: int) -> np.ndarray:
 
 
 class EmissionLog:
-    """Rows of (request slot, time, tokens committed) in the order the executor emitted them, which
-    is simulated-time order (a slot is the request's index, except in a fleet's replica:
-    ``Trace.slot_request``). Columns double in capacity when full, so appends are amortised O(1).
+    """Rows of (request index, time, tokens committed) in the order the executor emitted them, which
+    is simulated-time order. Columns double in capacity when full, so appends are amortised O(1).
 
     ``capacity`` is the rows to make room for at first: the executor gives the output tokens it
     expects (a row commits at least one), so a run seldom grows its log. Room never written costs
@@ -120,6 +120,14 @@ class IterationLog:
             else:
                 self.rows = _grown(self.rows, self.n, min(2 * len(self.rows), max(self.chunk_rows, 1)))
 
+    def chunks(self, names: tuple[str, ...]) -> Iterator[tuple[np.ndarray, ...]]:
+        """The ``names`` fields chunk by chunk, in the order run: those on disk, then the rows in
+        memory (each field in ``column``'s dtype)."""
+        if self.spill:
+            for values in self.spill.read(names):
+                yield tuple(_typed(name, v) for name, v in zip(names, values))
+        yield tuple(_typed(name, self.rows[:self.n, ITERATION_FIELDS.index(name)]) for name in names)
+
     def column(self, name: str) -> np.ndarray:
         """One field over the recorded iterations (float seconds, bool ``spec_on``, int64 otherwise)."""
         values = self.rows[:self.n, ITERATION_FIELDS.index(name)]
@@ -127,9 +135,17 @@ class IterationLog:
             values = np.concatenate([*(c for c, in self.spill.read((name,))), values])
         if name in _FLOAT_FIELDS:
             return values.copy() if not self.spill else values
-        return values.astype(bool if name == "spec_on" else np.int64)
+        return _typed(name, values)
 
     __getitem__ = column  # read like a table's columns
+
+
+def _typed(name: str, values: np.ndarray) -> np.ndarray:
+    # An iteration field in its own dtype (the log holds float64): seconds as they are, ``spec_on``
+    # bool, the counts int64.
+    if name in _FLOAT_FIELDS:
+        return values
+    return values.astype(bool if name == "spec_on" else np.int64)
 
 
 @dataclass
@@ -146,7 +162,8 @@ class Trace:
     gate_tripped_iteration: Optional[int] = None
     gate_tripped_time: Optional[float] = None
     preemptions: int = 0
-    gate_samples: list = field(default_factory=list)  # every SpeculationGate sample as the path counts it
+    # Every SpeculationGate sample as the path counts it: 8 bytes each (a step's), not a Python float's 32.
+    gate_samples: array = field(default_factory=lambda: array("d"))
     n: int = 0
     plen: Optional[np.ndarray] = None
     olen: Optional[np.ndarray] = None
@@ -154,6 +171,3 @@ class Trace:
     first_token: Optional[np.ndarray] = None
     finish: Optional[np.ndarray] = None
     generated: Optional[np.ndarray] = None
-    # A fleet's replica logs its slots, not request ids (``Executor.compact_slots``): slot i is request
-    # ``slot_request[i]``. The tables map them; the gaps need only slots, which tell requests apart.
-    slot_request: Optional[np.ndarray] = None

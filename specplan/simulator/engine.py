@@ -57,12 +57,12 @@ class Executor:
     def __init__(self, settings: EngineSettings, workload: Workload, oracle: AcceptanceOracle,
                  cost: CostModel, max_sim_time: Optional[float] = None, record_batches: bool = False,
                  prefix_cache=None, env: Optional[simpy.Environment] = None, frontend=None,
-                 compact_slots: bool = False, share: float = 1.0) -> None:
+                 share: float = 1.0, results: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
         # A fleet (``specplan.simulator.fleet``) passes one shared environment and its own frontend,
-        # which routes each arrival to a replica's ``submit`` and hears every replica's completions.
-        # With ``compact_slots`` an admitted request takes the next free slot (a replica's step rows
-        # lie close in memory), else slot = id; ``share`` (the part of the workload the replica
-        # expects) sizes its state and logs.
+        # which routes each arrival to a replica's ``submit`` and hears every replica's completions,
+        # and the arrays every replica writes its requests' first-token times, finish times and
+        # generated counts into (``results``, by request id; made here otherwise); ``share`` (the part
+        # of the workload the replica expects) sizes its logs.
         self.s = settings
         self.rules = PATHS[settings.path]
         self.w = workload
@@ -71,12 +71,14 @@ class Executor:
         self.max_sim_time = max_sim_time
         self.record_batches = record_batches  # keep every step's composition (fidelity replay)
         self.prefix_cache = prefix_cache  # a prefix_cache.PrefixCache when the engine caches prefixes
-        self.n = len(workload.prompt_lens)
-        self.compact_slots = compact_slots
-        lens = (workload.prompt_lens[:0], workload.output_lens[:0]) if compact_slots else (workload.prompt_lens,
-                                                                                          workload.output_lens)
-        expected = share * len(workload.prompt_lens)  # the requests this replica expects
-        self.st = RequestState(*lens, capacity=int(expected) + settings.max_batch_size if compact_slots else 0)
+        n = self.n = len(workload.prompt_lens)
+        self.results = results if results is not None else (np.full(n, np.nan), np.full(n, np.nan),
+                                                            np.zeros(n, dtype=np.int64))
+        expected = share * n  # the requests this replica expects
+        # Slots for the requests in flight (at most max_num_active_requests at once): a finished
+        # request's slot is recycled for a later one (``RequestState.release``).
+        self.st = RequestState(workload.prompt_lens[:0], workload.output_lens[:0],
+                               capacity=min(n, settings.max_num_active_requests), results=self.results)
         self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None
@@ -153,9 +155,7 @@ class Executor:
         if room > 0 and self.waiting:
             new = self.waiting[:room]
             del self.waiting[:room]
-            if self.compact_slots:  # ids become slots
-                new = self.st.add(new, self.w.prompt_lens, self.w.output_lens)
-            self.st.admit(new)
+            self.st.admit(self.st.add(new, self.w.prompt_lens, self.w.output_lens))
 
     def _on_finish(self, slots: np.ndarray, iteration: int) -> None:
         """What completion tells the gate, the drafter, the prefix cache and the frontend (the
@@ -172,6 +172,7 @@ class Executor:
         if self.prefix_cache is not None:
             self.prefix_cache.on_finish(rids)
         self.frontend.on_finish(rids.tolist())
+        st.release(slots)
 
     # ----------------------------------------------------------------- control plane
     def _lookup(self, size: int, context_len: int = 0) -> int:
@@ -258,16 +259,18 @@ class Executor:
         log.reserve(n)
         its.reserve()
         rec = self._record
+        generated_before = st.generated[self._rows[:n]] if self._hears_commits else None
         rec[:] = (it, start, step_s, st.counters[N_ACTIVE], len(self.waiting), k if spec else 0, spec,
                   self._terms[step.KV_GROWN])
         self.kv.check(step.commit_step(
             self._rows, self._q_sched, q, self._ctx, n, drafting, drafted, accepted, self.trace.accepted_hist,
             self.env.now, st.plen, st.olen, st.computed, st.ctx_target, st.generated, st.emits, st.first_token,
-            st.finish, self.kv.held, st.reserved, st.act, st.counters, self.kv.num_blocks, self.kv.block_size,
+            st.finish, self.kv.held, st.reserved, st.act, st.counters, self.kv.num_blocks, self.kv.block_size, st.rid,
             log.request, log.time, log.tokens, log.n, its.rows, its.n, rec, self._finished, self._stats))
         emitted = int(self._stats[step.EMITTED])
         if self._hears_commits and emitted:
-            slots = log.request[log.n:log.n + emitted].astype(np.int64)
+            rows = self._rows[:n]
+            slots = rows[st.generated[rows] > generated_before]  # the rows that emitted, in emission order
             self.oracle.on_commit(st.rid[slots], st.generated[slots])
         log.n += emitted
         its.n += 1
@@ -374,10 +377,9 @@ class Executor:
         t.preemptions = int(st.counters[PREEMPTIONS])
         t.n, t.arrival = n, self.frontend.arrival
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
-        if self.compact_slots:
-            t.slot_request = st.rid[:st.n].astype(t.emissions.request.dtype)
+        st.scatter()  # the requests still in slots (those recycled wrote theirs then)
         if per_request:
-            t.first_token, t.finish, t.generated = st.by_request(n)
+            t.first_token, t.finish, t.generated = self.results
         return t
 
     def run(self) -> Trace:

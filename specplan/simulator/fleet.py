@@ -7,9 +7,9 @@ clients, sessions) drives the whole fleet; at each arrival the router (``specpla
 reads the replicas' load at that instant and submits the request to one of them. Completions from
 any replica come back to the one frontend, which sends sessions' next turns and frees clients.
 
-Request ids are global; each replica holds its own requests in compact slots (in the order they
-reach it) and maps them back to ids, and the fleet's tables take each request's row from the
-replica it was routed to. Metrics come per replica and for the fleet; the fleet's summary has the
+Request ids are global; each replica holds the requests in flight on it in its own slots and
+writes each request's times, when it finishes, at its id in the fleet's arrays, so the fleet's
+tables hold every request's row from the replica it was routed to. Metrics come per replica and for the fleet; the fleet's summary has the
 same keys as a single run's. Each replica has its own prefix cache when the engine has prefix
 caching on, so session affinity keeps a session's prefix hits.
 
@@ -20,6 +20,7 @@ timeout, and the stepper advances every held step in SimPy's order until one nee
 
 from __future__ import annotations
 
+from array import array
 from typing import Optional
 
 import numpy as np
@@ -68,6 +69,8 @@ class Fleet:
         # Cost models only price steps (no run state), so replicas of one tp degree share one.
         costs: dict[int, object] = {cfg.cost.tp: cost} if cost is not None else {}
         self.replicas: list[Executor] = []
+        n = len(workload.prompt_lens)
+        self.results = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)  # by request, all replicas
         shared = None
         for rcfg in replica_configs(cfg):
             if rcfg.cost.tp not in costs:
@@ -79,7 +82,7 @@ class Fleet:
             self.replicas.append(Executor(
                 resolve_engine(rcfg, kv_num_blocks(rcfg)), workload, oracle, costs[rcfg.cost.tp], cfg.max_sim_time_s,
                 prefix_cache=build_prefix_cache(rcfg, requests), env=self.env, frontend=self.frontend,
-                compact_slots=True, share=1.0 / cfg.cluster.replicas))
+                share=1.0 / cfg.cluster.replicas, results=self.results))
         self.costs = costs
         self.stepper = Stepper(self.env, self.replicas)
         for i, ex in enumerate(self.replicas):
@@ -112,16 +115,14 @@ class Fleet:
             ex.stepper = None
         memory.break_self_cycle(self.env)
         for ex in self.replicas:
-            ex.collect(per_request=False)  # the fleet's are taken from all replicas at once: ``merged``
+            ex.collect(per_request=False)  # into the fleet's arrays, read by ``merged``
 
     def merged(self) -> Trace:
         """The fleet's trace for the metrics: each request's arrays from its replica, the acceptance
         histograms summed, the earliest gate trip, every replica's gate samples."""
         traces = [ex.trace for ex in self.replicas]
-        t0, n = traces[0], len(self.assigned)
-        first, finish, generated = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
-        for ex in self.replicas:  # each request's entries from the replica it was routed to
-            ex.st.scatter(first, finish, generated)
+        t0 = traces[0]
+        first, finish, generated = self.results  # each request's entries from the replica it was routed to
         tripped = [t for t in traces if t.gate_tripped_time is not None]
         earliest = min(tripped, key=lambda t: t.gate_tripped_time) if tripped else Trace()
         width = max(len(t.accepted_hist) for t in traces)
@@ -129,7 +130,7 @@ class Fleet:
                      preemptions=sum(t.preemptions for t in traces),
                      gate_tripped_iteration=earliest.gate_tripped_iteration,
                      gate_tripped_time=earliest.gate_tripped_time,
-                     gate_samples=[x for t in traces for x in t.gate_samples],
+                     gate_samples=sum((t.gate_samples for t in traces), array("d")),
                      n=t0.n, plen=t0.plen, olen=t0.olen, arrival=t0.arrival, first_token=first, finish=finish,
                      generated=generated)
 
@@ -160,11 +161,10 @@ def simulate_fleet(cfg: SimConfig, cost=None, requests: Optional[list] = None, d
                                              cfg.slo_ttft_s, cfg.slo_tpot_s)
                            | {"requests": int(mine.sum()), "tp": rcfg.cost.tp})
         itl.seen(gaps)
-    iterations = {k: np.concatenate([t.iterations.column(k) for t in traces])
-                  for k in ("batch_rows", "k", "drafted", "accepted", "verified_draft_tokens", "spec_on", "charged_tokens",
-                            "prefill_tokens", "verified_tokens", "num_queued", "num_active")}
-    # The same summary keys, in the same order, as a single run (``run.simulate``).
-    summary = metrics.summarize(view, req, iterations, itl.figures(), cfg.slo_ttft_s, cfg.slo_tpot_s)
+    # The same summary keys, in the same order, as a single run (``run.simulate``), over every
+    # replica's iteration log in turn.
+    summary = metrics.summarize(view, req, [t.iterations for t in traces], itl.figures(), cfg.slo_ttft_s,
+                                cfg.slo_tpot_s)
     summary["seed"] = cfg.seed
     caches = [ex.prefix_cache for ex in fleet.replicas if ex.prefix_cache is not None]
     if caches:

@@ -30,9 +30,10 @@ class Frontend:
         # collection, which a process of many small runs reaches only after thousands of them.
         self._on_submit = weakref.WeakMethod(on_submit) if isinstance(on_submit, MethodType) else lambda: on_submit
         self._successors: dict[int, list[int]] = {}
-        later = np.flatnonzero(workload.predecessor >= 0)  # later turns only: no list of every request
-        for rid, pred in zip(later.tolist(), workload.predecessor[later].tolist()):
-            self._successors.setdefault(pred, []).append(rid)
+        if workload.predecessor is not None:
+            later = np.flatnonzero(workload.predecessor >= 0)  # later turns only: no list of every request
+            for rid, pred in zip(later.tolist(), workload.predecessor[later].tolist()):
+                self._successors.setdefault(pred, []).append(rid)
         self._completion: dict[int, simpy.Event] = {}
 
     def _think(self, rid: int) -> float:
@@ -42,9 +43,19 @@ class Frontend:
         self.arrival[rid] = self.env.now
         self._on_submit()(rid)
 
+    def _roots(self):
+        # The first turns, in id order: every request when none has a predecessor (a range: ten
+        # million ids held by none).
+        p = self.w.predecessor
+        return range(len(self.w.prompt_lens)) if p is None else np.flatnonzero(p < 0)
+
     def _open_loop(self):
-        roots = np.flatnonzero(self.w.predecessor < 0)
-        order = roots[np.argsort(self.w.arrivals[roots], kind="stable")]
+        roots, arrivals = self._roots(), self.w.arrivals
+        if isinstance(roots, range) and not (arrivals[1:] < arrivals[:-1]).any():
+            order = roots  # already in arrival order (a Poisson process's cumulative times)
+        else:
+            roots = np.asarray(roots)
+            order = roots[np.argsort(arrivals[roots], kind="stable")]
         for rid in map(int, order):  # not a list of every request
             delay = self.w.arrivals[rid] - self.env.now
             if delay > 0:
@@ -73,11 +84,11 @@ class Frontend:
         if self.w.arrivals is not None:
             self.env.process(self._open_loop())
             return
-        roots = np.flatnonzero(self.w.predecessor < 0)
+        roots = self._roots()
         clients = max(1, min(self.w.concurrency, len(roots)))  # a client without a request never runs
         for c in range(clients):
             # Client c sends every clients-th root request; a session's turns follow their root.
-            if not self._successors:  # no sessions: its roots as they are (a view, not a list)
+            if not self._successors:  # no sessions: its roots as they are (a view or a range, not a list)
                 self.env.process(self._client(roots[c::clients]))
                 continue
             queue: list[int] = []

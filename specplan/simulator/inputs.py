@@ -51,6 +51,8 @@ class Workload:
     prompt_lens: np.ndarray
     output_lens: np.ndarray
     arrivals: Optional[np.ndarray]  # open loop; None for closed loop
-    predecessor: np.ndarray  # index of the previous turn of the same session, -1 if none
+    # Index of the previous turn of the same session, -1 if none; None when no request has one (ten
+    # million requests' -1s are 80 MB).
+    predecessor: Optional[np.ndarray]
     concurrency: int = 0  # closed-loop clients
     think_time: Optional[np.ndarray] = None  # per request: think time before it is sent (closed loop, sessions)

@@ -101,14 +101,11 @@ def describe_bands(cfg: SimConfig) -> str:
     return " | ".join(f"context bucket {i + 1}: {format_bands(b)}" for i, b in enumerate(lists))
 
 
-def k_shares(k: Sequence[int], spec_on: Sequence[bool]) -> dict[int, float]:
-    """Share of the steps run at each K (a step that did not speculate counts as K 0), from the
-    iterations table's ``k`` and ``spec_on`` columns."""
-    k = np.where(np.asarray(spec_on, dtype=bool), np.asarray(k, dtype=np.int64), 0)
-    if not len(k):
-        return {}
-    values, counts = np.unique(k, return_counts=True)
-    return {int(v): float(c) / len(k) for v, c in zip(values, counts)}
+def k_shares(counts: Mapping[int, int]) -> dict[int, float]:
+    """Share of the steps run at each K, in order of K, from the steps counted at each
+    (``metrics.iteration_figures``: a step that did not speculate counts as K 0)."""
+    total = sum(counts.values())
+    return {k: c / total for k, c in sorted(counts.items())}
 
 
 def format_shares(shares: Mapping[int, float]) -> str:

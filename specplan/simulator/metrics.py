@@ -24,6 +24,7 @@ from numba import njit
 
 from specplan import memory
 from specplan.simulator.emissions import ITERATION_FIELDS, Trace
+from specplan.simulator.iteration_sums import iteration_figures
 from specplan.simulator.k_bands import k_shares
 
 if TYPE_CHECKING:
@@ -53,7 +54,13 @@ def request_columns(trace: Trace) -> dict[str, np.ndarray]:
     """The numeric per-request columns (lengths, times, latency metrics; NaN where a request never
     completed), in table order."""
     out_len = trace.olen
-    tpot = np.where(out_len > 1, (trace.finish - trace.first_token) / np.maximum(out_len - 1, 1), np.nan)
+    # (finish - first token) / (output tokens - 1), NaN for one-token outputs, in place: ten million
+    # requests' temporaries are 80 MB each.
+    tpot = trace.finish - trace.first_token
+    steps = out_len - 1
+    tpot /= np.maximum(steps, 1, out=steps)
+    tpot[out_len <= 1] = np.nan
+    del steps
     return {
         "prompt_len": trace.plen,
         "output_len": out_len,
@@ -117,8 +124,6 @@ def batch_table(trace: Trace) -> "pd.DataFrame":
 def emission_columns(trace: Trace) -> dict[str, np.ndarray]:
     """The emission log's columns: request index, time, tokens."""
     rids, times, toks = trace.emissions.columns()
-    if trace.slot_request is not None:
-        rids = trace.slot_request[rids]
     return {"request": rids, "time_s": times, "tokens": toks}
 
 
@@ -304,8 +309,8 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
               slo_ttft_s: Optional[float] = None, slo_tpot_s: Optional[float] = None) -> dict:
     """The run's headline figures as a flat JSON-able dict.
 
-    ``requests`` holds the :func:`request_columns` and ``iterations`` the iteration columns (an
-    ``IterationLog``, a table or a dict of arrays); ``itl`` is the run's inter-token gaps
+    ``requests`` holds the :func:`request_columns` and ``iterations`` the iteration log as
+    :func:`iteration_figures` takes it; ``itl`` is the run's inter-token gaps
     (:func:`inter_token_latencies`), which this reorders: a 100k-request run has tens of millions,
     and a copy to take their percentiles would be as large; or their figures already taken (a
     fleet's, from its replicas' gaps: :class:`UnionITL`).
@@ -314,31 +319,27 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
     arrival, finish = np.asarray(requests["arrival_s"]), np.asarray(requests["finish_s"])
     ttft, tpot = np.asarray(requests["ttft_s"]), np.asarray(requests["tpot_s"])
     done = ~np.isnan(finish)
-    out_tokens = int(output_len[done].sum())
+    out_tokens = int(output_len.sum(where=done))
     start = float(np.nanmin(arrival)) if (~np.isnan(arrival)).any() else 0.0
     end = float(np.nanmax(finish)) if done.any() else start
     span = max(end - start, 1e-12)
     hist = trace.accepted_hist
     drafts = int(hist.sum())
-    batch_rows = np.asarray(iterations["batch_rows"])
-    ran = len(batch_rows)
-    drafted = int(np.asarray(iterations["drafted"]).sum()) if ran else 0
-    accepted = int(np.asarray(iterations["accepted"]).sum()) if ran else 0
-    verified = int(np.asarray(iterations["verified_draft_tokens"]).sum()) if ran else 0
+    it = iteration_figures(iterations)
+    ran, drafted, accepted, verified = it["iterations"], it["drafted"], it["accepted"], it["verified"]
     meets = done.copy()
     if slo_ttft_s is not None:
         meets &= ttft <= slo_ttft_s
     if slo_tpot_s is not None:
         meets &= np.where(np.isnan(tpot), 0.0, tpot) <= slo_tpot_s
     survival = hist[::-1].cumsum()[::-1][1:]  # drafts that accepted >= i, i = 1..K
-    over = overcharge(iterations) if ran else {}
     return {
         "completed_requests": int(done.sum()),
         "output_tokens": out_tokens,
         "makespan_s": span,
         "throughput_tok_s": out_tokens / span,
         "request_throughput_req_s": int(done.sum()) / span,
-        "goodput_tok_s": float(output_len[meets].sum()) / span,
+        "goodput_tok_s": float(output_len.sum(where=meets)) / span,
         "goodput_req_s": int(meets.sum()) / span,
         "mean_acceptance_length": (1.0 + accepted / drafts) if drafts else None,
         "acceptance_rate": (accepted / drafted) if drafted else None,
@@ -349,29 +350,15 @@ def summarize(trace: Trace, requests: Mapping, iterations: Mapping, itl,
         "draft_padding_tokens": verified - drafted,
         "accepted_tokens": accepted,
         "iterations": ran,
-        "spec_iterations": int(np.asarray(iterations["spec_on"]).sum()) if ran else 0,
-        "k_shares": k_shares(iterations["k"], iterations["spec_on"]) if ran else {},
+        "spec_iterations": it["spec_iterations"],
+        "k_shares": k_shares(it["k_counts"]),
         "gate_tripped_iteration": trace.gate_tripped_iteration,
         "gate_tripped_s": trace.gate_tripped_time,
         "preemptions": trace.preemptions,
-        "mean_batch_rows": float(batch_rows.mean()) if ran else 0.0,
+        "mean_batch_rows": it["batch_rows"] / ran if ran else 0.0,  # np.mean's: the integer sum is exact
         "ttft_s": _pcts(ttft),
         "tpot_s": _pcts(tpot),
         "itl_s": itl if isinstance(itl, dict) else _pcts(itl, in_place=True),
         "e2e_s": _pcts(np.asarray(requests["e2e_s"])),
-        **over,
+        **(it["overcharge"] if ran else {}),
     }
-
-
-def overcharge(iterations: Mapping) -> dict:
-    """Token budget the scheduler charged beyond what the forward computed (placeholder draft tokens:
-    ``charged_tokens - prefill_tokens - verified_tokens`` per iteration, where positive), in all, in
-    iterations that did not speculate (after the gate latched, or while ``max_concurrency`` held it
-    off: TensorRT-LLM still charges ``1 + K`` a row), and in iterations where requests waited (queued,
-    or active and left out of the step: budget their prefill could have used under load)."""
-    col = lambda name: np.asarray(iterations[name], dtype=np.int64)  # noqa: E731
-    over = np.maximum(col("charged_tokens") - col("prefill_tokens") - col("verified_tokens"), 0)
-    off = ~np.asarray(iterations["spec_on"], dtype=bool)
-    return {"charged_tokens": int(col("charged_tokens").sum()), "overcharged_tokens": int(over.sum()),
-            "overcharged_tokens_spec_off": int(over[off].sum()),
-            "overcharged_tokens_queued": int(over[(col("num_queued") > 0) | (col("num_active") > col("batch_rows"))].sum())}

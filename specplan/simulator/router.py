@@ -18,6 +18,7 @@ tested on hand-built snapshots. Ties go to the lowest replica index (determinist
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -31,13 +32,13 @@ class Load:
     ``outstanding[i]``: requests submitted to replica ``i`` and not yet finished; ``kv_used[i]``:
     the fraction of its KV blocks in use; ``assigned[rid]``: the replica each earlier request went
     to (-1 if not yet routed); ``predecessor[rid]``: the previous turn of the request's session (-1
-    for a first turn).
+    for a first turn; None when no request has one).
     """
 
     outstanding: np.ndarray
     kv_used: np.ndarray
     assigned: np.ndarray
-    predecessor: np.ndarray
+    predecessor: Optional[np.ndarray]
 
 
 class RoundRobin:
@@ -89,7 +90,7 @@ class SessionAffinity:
         self._first = LeastOutstanding(replicas)
 
     def choose(self, rid: int, load: Load) -> int:
-        pred = int(load.predecessor[rid])
+        pred = -1 if load.predecessor is None else int(load.predecessor[rid])
         if pred >= 0 and load.assigned[pred] >= 0:
             return int(load.assigned[pred])
         return self._first.choose(rid, load)

@@ -22,9 +22,8 @@ from specplan.simulator.itl_stream import itl_figures
 from specplan.simulator.paths import VLLM, path_for
 from specplan.simulator.prefix_cache import AFTER_STEP, SAME_STEP, PrefixCache
 from specplan.simulator.presets import resolve_speculation
-from specplan.workloads.synthetic import is_synthetic
 from specplan.acceptance import build_oracle
-from specplan.acceptance.factory import reads_tokens as oracle_reads_tokens
+from specplan.run_reads import prefix_caching, reads_tokens
 
 # vLLM runs dynamic SD with piecewise instead of full CUDA graphs: about 14% slower single-stream
 # decoding (vllm-project/vllm#49548), applied as a step-time factor 1 / (1 - 0.14).
@@ -154,7 +153,7 @@ def build_workload(cfg: SimConfig, requests: Optional[Sequence] = None) -> tuple
     """Lengths, arrivals and session order for the loop, plus the requests they come from.
 
     ``requests`` may be given pre-built (sweeps share them between runs); otherwise they come from
-    ``workloads.traffic``, with token ids only when the run reads them (:func:`reads_tokens`):
+    ``workloads.traffic``, with token ids only when the run reads them (``run_reads.reads_tokens``):
     synthetic traffic's request objects are made only if something reads them.
     """
     from specplan.workloads.traffic import traffic, workload_columns
@@ -187,32 +186,12 @@ def resolve(cfg: SimConfig) -> SimConfig:
     return cfg.model_copy(update={"speculation": resolve_speculation(cfg.engine, cfg.speculation)})
 
 
-def prefix_caching(cfg: SimConfig) -> bool:
-    """Whether the engine caches prefixes (``engine.enable_prefix_caching``). Unset, the engine's default:
-    on in both (vLLM V1's automatic prefix caching; TensorRT-LLM's ``kv_cache_config.enable_block_reuse``)
-    except for TensorRT-LLM under synthetic traffic, whose requests' prompts start with fresh uniform
-    tokens and share no block (the chance is below 1e-60 a block), so the cache would find nothing and
-    only cost the token draws (``reads_tokens``)."""
-    caching = cfg.engine.enable_prefix_caching
-    if caching is not None:
-        return caching
-    return cfg.engine.engine == "vllm" or not is_synthetic(cfg.workload.trace)
-
-
 def build_prefix_cache(cfg: SimConfig, requests: list) -> Optional[PrefixCache]:
     """Prefix caching when the engine has it on, with the engine's rule: vLLM caches blocks as they
     are allocated (same step), TensorRT-LLM's block reuse once computed (from the next step)."""
     if not prefix_caching(cfg):
         return None
     return PrefixCache(requests, cfg.engine.kv_block_size, SAME_STEP if cfg.engine.engine == "vllm" else AFTER_STEP)
-
-
-def reads_tokens(cfg: SimConfig) -> bool:
-    """Whether a run reads its requests' token ids: its acceptance oracle does
-    (``acceptance.factory.reads_tokens``) or the prefix cache hashes them. A run that reads only
-    lengths builds synthetic traffic without drawing tokens: for 100k requests of 700 tokens that is
-    280 MB never written."""
-    return oracle_reads_tokens(cfg) or prefix_caching(cfg)
 
 
 def simulate(cfg: SimConfig, cost=None, requests: Optional[list] = None, record_batches: bool = False,

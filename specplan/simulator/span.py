@@ -252,7 +252,7 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             drafting, drafted, accepted = (d.drafting, d.drafted, d.accepted) if spec else (no_drafting, none, none)
             ok = commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, hist, t, plen, olen, computed,
                              ctx_target, generated, emits, first_token, finish, held, reserved, act, counters,
-                             num_blocks, block_size, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
+                             num_blocks, block_size, a.rid, em_request, em_time, em_tokens, em_n, iteration_log, it_n,
                              record, finished, stats)
             em_n += stats[EMITTED]
             it_n += 1

@@ -3,6 +3,8 @@ fields), and the run's counters, shared with the compiled step."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 # Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place).
@@ -31,14 +33,27 @@ _FIELDS = {
 }
 
 
+# The fields a recycled slot starts again from: all but the active set (by position, not slot) and
+# those ``add`` sets.
+_RESETS = tuple((name, fill) for name, (_, fill) in _FIELDS.items()
+                if name not in ("act", "rid", "plen", "olen", "ctx_target"))
+
+#: Finished requests' slots recycled together (a step finishes one or two; a field reset over many
+#: slots at once costs what one slot's scalar stores cost).
+RECYCLE_AT = 256
+
+
 class RequestState:
     """Lengths, progress and flags of the requests in ``n`` slots (room for ``capacity``), and the
-    active set. Given lengths fill slot = request id; ``add`` gives the next slots to admitted
-    requests instead (a fleet's replica holds its own requests only, so a step's rows lie close in
-    memory). Counters hold the active count, KV blocks in use, reserved.sum() (no sum over every
-    request per step), preemptions and completions."""
+    active set. Given lengths fill slot = request id; ``add`` gives admitted requests slots instead,
+    recycled ones first: a run holds slots for the requests in flight and at most ``RECYCLE_AT``
+    finished ones, not for every request it serves (ten million requests in a few hundred slots).
+    ``results`` (first-token times, finish times and generated counts by request id) is where a
+    recycled slot's request leaves its figures. Counters hold the active count, KV blocks in use,
+    reserved.sum() (no sum over every request per step), preemptions and completions."""
 
-    def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray, capacity: int = 0) -> None:
+    def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray, capacity: int = 0,
+                 results: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
         n = len(prompt_lens)
         self.n = n
         self.capacity = max(n, capacity, 1)
@@ -47,15 +62,28 @@ class RequestState:
         self.plen[:n], self.olen[:n], self.ctx_target[:n] = prompt_lens, output_lens, prompt_lens
         self.rid[:] = np.arange(self.capacity)
         self.counters = np.zeros(5, dtype=np.int64)
+        self.results = results
+        self.free: list[int] = []  # recycled slots, given again by ``add``
+        self._released: list[int] = []  # finished requests' slots, recycled at RECYCLE_AT
 
     @property
     def num_active(self) -> int:
         return int(self.counters[N_ACTIVE])
 
     def add(self, rids: list[int], prompt_lens: np.ndarray, output_lens: np.ndarray) -> list[int]:
-        """Requests ``rids`` in the next slots (doubling the room as needed), their lengths taken from
-        the workload's ``prompt_lens`` and ``output_lens``; returns their slots."""
-        first, end = self.n, self.n + len(rids)
+        """Requests ``rids`` in slots (recycled ones first, then the next ones, doubling the room as
+        needed), their lengths taken from the workload's ``prompt_lens`` and ``output_lens``;
+        returns their slots."""
+        if len(rids) == 1 and self.free:  # the usual admission: one request, a recycled slot
+            slot, r = self.free.pop(), rids[0]
+            self.rid[slot], self.olen[slot] = r, output_lens.item(r)
+            self.plen[slot] = self.ctx_target[slot] = prompt_lens.item(r)
+            return [slot]
+        if len(self.free) < len(rids) and self.n + len(rids) - len(self.free) > self.capacity and self._released:
+            self._recycle()  # rather than grow
+        reused = self.free[len(self.free) - min(len(rids), len(self.free)):]
+        del self.free[len(self.free) - len(reused):]
+        first, end = self.n, self.n + len(rids) - len(reused)
         if end > self.capacity:
             while self.capacity < end:
                 self.capacity *= 2
@@ -63,30 +91,42 @@ class RequestState:
                 grown = np.full(self.capacity, fill, dtype=dtype)
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
-        if end - first <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
-            for slot, r in enumerate(rids, first):
+        self.n = end
+        slots = reused + list(range(first, end))
+        if len(slots) <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
+            for slot, r in zip(slots, rids):
                 self.rid[slot], self.olen[slot] = r, output_lens.item(r)
                 self.plen[slot] = self.ctx_target[slot] = prompt_lens.item(r)
         else:
-            ids = np.asarray(rids, dtype=np.int64)
-            self.rid[first:end] = ids
-            self.plen[first:end], self.olen[first:end] = prompt_lens[ids], output_lens[ids]
-            self.ctx_target[first:end] = self.plen[first:end]
-        self.n = end
-        return list(range(first, end))
+            ids, at = np.asarray(rids, dtype=np.int64), np.asarray(slots, dtype=np.int64)
+            self.rid[at], self.plen[at], self.olen[at] = ids, prompt_lens[ids], output_lens[ids]
+            self.ctx_target[at] = self.plen[at]
+        return slots
 
-    def by_request(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """First-token times, finish times and generated counts of requests ``0..n-1`` (NaN, NaN,
-        0 for a request that never came to this state)."""
-        out = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
-        self.scatter(*out)
-        return out
+    def release(self, slots: np.ndarray) -> None:
+        """Finished requests' slots, to be recycled (once ``RECYCLE_AT`` have finished, or when
+        ``add`` needs them): their figures go to ``results``, their fields back to a new request's."""
+        self._released.extend(slots.tolist())
+        if len(self._released) >= RECYCLE_AT:
+            self._recycle()
 
-    def scatter(self, first: np.ndarray, finish: np.ndarray, generated: np.ndarray) -> None:
-        """Write this state's first-token times, finish times and generated counts at its requests'
-        ids (a fleet's replicas each fill their own requests' entries of the fleet's arrays)."""
-        rids = self.rid[:self.n]
-        first[rids], finish[rids], generated[rids] = self.first_token[:self.n], self.finish[:self.n], self.generated[:self.n]
+    def _recycle(self) -> None:
+        at = np.array(self._released, dtype=np.int64)
+        self.scatter(at)
+        for name, fill in _RESETS:
+            getattr(self, name)[at] = fill
+        self.rid[at] = -1
+        self.free.extend(self._released)
+        self._released.clear()
+
+    def scatter(self, slots: Optional[np.ndarray] = None) -> None:
+        """Write the first-token times, finish times and generated counts of the requests in
+        ``slots`` (every slot holding one: those recycled left theirs) into ``results``."""
+        if slots is None:
+            slots = np.flatnonzero(self.rid[:self.n] >= 0)
+        first, finish, generated = self.results
+        rids = self.rid[slots]
+        first[rids], finish[rids], generated[rids] = self.first_token[slots], self.finish[slots], self.generated[slots]
 
     def admit(self, slots: list[int]) -> None:
         """Append requests to the active set."""

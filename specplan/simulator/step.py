@@ -101,11 +101,12 @@ def rewind_kv_cache(rows, ctx, emitted, n, plen, generated, computed, held, coun
 @njit(cache=True)
 def commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, accepted_hist, now, plen, olen, computed,
                 ctx_target, generated, emits, first_token, finish, held, reserved, act, counters, num_blocks,
-                block_size, em_request, em_time, em_tokens, em_start, iteration_log, it_row, record, out_finished,
+                block_size, rid, em_request, em_time, em_tokens, em_start, iteration_log, it_row, record, out_finished,
                 out_stats):
     """Commit accepted + 1 tokens per verify row (never past the output), ``rewind_kv_cache``, append
     the step's emissions and its iteration record, and complete the requests that reached their
-    output length (written to ``out_finished``). Returns False when the KV accounting broke.
+    output length (written to ``out_finished``). Returns False when the KV accounting broke. The
+    emissions name each row's request (``rid`` of its slot): a slot serves many requests in a run.
 
     ``drafted`` and ``accepted`` hold one entry per drafting row, in row order; ``record`` is the
     iteration record's first fields (iteration, start, step, num_active, num_queued), then k, spec_on
@@ -140,7 +141,7 @@ def commit_step(rows, q_sched, q, ctx, n, drafting, drafted, accepted, accepted_
             prefill_done += 1
         if commit > 0:
             emits[r] += 1
-            em_request[m], em_time[m], em_tokens[m] = r, now, commit
+            em_request[m], em_time[m], em_tokens[m] = rid[r], now, commit
             m += 1
         committed += commit
         max_len = max(max_len, plen[r] + generated[r])

@@ -109,7 +109,7 @@ def synthetic_requests(n: int, process: CopyProcess, prompt_lengths: LengthModel
     """``n`` requests ``synthetic-{i}`` (category ``synthetic``), each prompt + output one realisation.
 
     With ``tokens`` False the token ids are not drawn and read as zeros: for a run that reads only
-    the lengths (``specplan.simulator.run.reads_tokens``), which are the same, since the tokens are
+    the lengths (``specplan.run_reads.reads_tokens``), which are the same, since the tokens are
     the generator's last draws. ``made`` is the order the request objects are made in (a permutation
     of ``range(n)``; the list is in index order either way): a build that reads them in that order
     reads memory in order."""

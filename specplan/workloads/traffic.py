@@ -188,20 +188,24 @@ class SyntheticTraffic(Sequence[Request]):
     in a random order, 100k requests took about 1.45x the time of 8 x 12.5k: cache misses)."""
 
     def __init__(self, cfg: WorkloadConfig, seed: int, think_time_dist: str = "constant", tokens: bool = True) -> None:
-        s_sample, self._s_arrival, self._s_think, self._s_synth = np.random.SeedSequence(seed).spawn(4)
-        n = cfg.num_requests
+        self._s_sample, self._s_arrival, self._s_think, self._s_synth = np.random.SeedSequence(seed).spawn(4)
         self._cfg, self._think_time_dist, self._tokens = cfg, think_time_dist, tokens
-        # :func:`_draws` of n units of one request, as arrays (a list of n pairs is 100 bytes a request):
-        # the same draws, one at a time or all at once, take the same words of the generator.
-        rng = np.random.default_rng(s_sample)
-        self._units = rng.integers(0, n, size=n) if cfg.sample_with_replacement else rng.permutation(n)
-        self._copies = _copy_numbers(self._units)
         self._spec, self._plen, self._olen = _length_models(cfg)
         self._made: Optional[list[Request]] = None
 
     @property
+    def _units(self) -> np.ndarray:
+        # :func:`_draws` of n units of one request, as an array (a list of n pairs is 100 bytes a
+        # request): the same draws, one at a time or all at once, take the same words of the
+        # generator. Drawn again when read (the lengths, the names, the objects), not held for the run.
+        n = self._cfg.num_requests
+        rng = np.random.default_rng(self._s_sample)
+        return rng.integers(0, n, size=n) if self._cfg.sample_with_replacement else rng.permutation(n)
+
+    @property
     def _draws(self) -> list[tuple[int, int]]:
-        return list(zip(self._units.tolist(), self._copies.tolist()))
+        units = self._units
+        return list(zip(units.tolist(), _copy_numbers(units).tolist()))
 
     def __len__(self) -> int:
         return self._cfg.num_requests
@@ -221,13 +225,14 @@ class SyntheticTraffic(Sequence[Request]):
         closed = cfg.arrival == "closed_loop"  # think times go on every request then, on none otherwise
         return {"prompt_lens": plens[drawn], "output_lens": olens[drawn],
                 "arrivals": None if closed else _arrival_times(n, cfg, self._s_arrival),  # every request heads a unit
-                "predecessor": np.full(n, -1, dtype=np.int64), "think_time": think if closed and think.any() else None}
+                "predecessor": None, "think_time": think if closed and think.any() else None}
 
     def labels(self) -> dict[str, np.ndarray]:
         """:func:`request_labels` of these requests, from the draws, without making them."""
         n = self._cfg.num_requests
+        units = self._units
         ids = [_copy_name(f"synthetic-{i}", k)  # named as synthetic_requests does
-               for i, k in zip(self._units[:n].tolist(), self._copies[:n].tolist())]
+               for i, k in zip(units.tolist(), _copy_numbers(units).tolist())]
         return {"request_id": np.array(ids, dtype=object), "category": np.full(n, "synthetic", dtype=object),
                 "turn": np.zeros(n, dtype=np.int64)}
 
@@ -246,15 +251,16 @@ class SyntheticTraffic(Sequence[Request]):
 def workload_columns(requests: Sequence[Request], closed_loop: bool) -> dict[str, Optional[np.ndarray]]:
     """What the simulator reads of a run's requests, by request: ``prompt_lens``, ``output_lens``,
     ``arrivals`` (NaN where the arrival process places none; None for a closed loop), ``predecessor``
-    (:func:`predecessor_indices`) and ``think_time`` (None when all are 0)."""
+    (:func:`predecessor_indices`; None when no request has one) and ``think_time`` (None when all are 0)."""
     if isinstance(requests, SyntheticTraffic):
         return requests.columns()
     n = len(requests)
     think = np.array([r.meta.get("think_time_s", 0.0) for r in requests])
+    preds = predecessor_indices(requests)
     return {"prompt_lens": np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=n),
             "output_lens": np.fromiter((r.output_len for r in requests), dtype=np.int64, count=n),
             "arrivals": None if closed_loop else np.array([np.nan if r.arrival_s is None else r.arrival_s for r in requests]),
-            "predecessor": predecessor_indices(requests), "think_time": think if think.any() else None}
+            "predecessor": preds if (preds >= 0).any() else None, "think_time": think if think.any() else None}
 
 
 def request_labels(requests: Sequence[Request]) -> dict[str, np.ndarray]:
