@@ -168,9 +168,9 @@ class AcceptanceConfig(_Section):
         return v if v is None else check_length_dist(v)
 
 
-# A run holds about 5 KB per request (timings, acceptance streams, emissions; tokens are shared with
-# the trace), measured by benchmarks/bench_memory.py: two million is ~10 GB. Larger runs are split
-# into seeds instead of failing mid-allocation.
+# The most requests one run takes: the emission log names requests in 32 bits, and ten million is the
+# size benchmarks/bench_memory.py --scale measures (a large fleet's day of synthetic lengths, under
+# 2 GiB). Whether a run of fewer fits this machine is ``limits.fleet_refusal``'s estimate.
 MAX_REQUESTS = 10_000_000
 
 

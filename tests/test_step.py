@@ -3,6 +3,8 @@ the terms against an independent numpy reduction, and spans against one step at 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings, strategies as st
@@ -15,7 +17,7 @@ from specplan.simulator.control import BUDGETS, VERIFY_WIDTHS
 from specplan.simulator.emissions import ITERATION_FIELDS
 from specplan.simulator.run import simulate
 from specplan.simulator.scheduler import GUARANTEED_NO_EVICT, MAX_UTILIZATION, schedule_step
-from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, PREEMPTIONS, RESERVED_TOTAL, RequestState
+from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, PREEMPTIONS, RECYCLE_AT, RESERVED_TOTAL, RequestState
 
 BLOCK = 16
 
@@ -319,12 +321,13 @@ def test_a_latched_gate_spans_the_rest_of_the_run():
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def _run_executor(cfg, monkeypatch, reuse: bool):
+def _run_executor(cfg, monkeypatch, recycle_at: Optional[int]):
+    """The run's tables, with finished slots recycled ``recycle_at`` at a time (None: never)."""
     from specplan.acceptance import build_oracle
     from specplan.simulator.engine import Executor
     from specplan.simulator.metrics import emission_table, iteration_table, request_table
     from specplan.simulator.run import build_cost, build_prefix_cache, build_workload, kv_num_blocks, resolve, resolve_engine
-    from specplan.simulator import state
+    from specplan.simulator import state as request_state
 
     cfg = resolve(cfg)
     wl, reqs = build_workload(cfg)
@@ -332,19 +335,21 @@ def _run_executor(cfg, monkeypatch, reuse: bool):
                   build_oracle(cfg, reqs, wl.prompt_lens, wl.output_lens), build_cost(cfg),
                   prefix_cache=build_prefix_cache(cfg, reqs))
     with monkeypatch.context() as m:
-        if reuse:
-            m.setattr(state, "RECYCLE_AT", 1)  # each finished request's slot recycled at once
-        else:  # every request in a slot of its own, in arrival order
-            m.setattr(state.RequestState, "release", lambda st, slots: None)
+        if recycle_at is None:  # every request in a slot of its own, in arrival order
+            m.setattr(request_state.RequestState, "release", lambda st, slots: None)
+        else:
+            m.setattr(request_state, "RECYCLE_AT", recycle_at)
         trace = ex.run()
-    assert (ex.st.n < 30) == reuse  # 30 requests, 6 clients
+    # 30 requests, at most 8 active: recycled, the slots never outgrow the active set
+    assert ex.st.n == 30 if recycle_at is None else ex.st.n <= 8
     return request_table(trace, reqs), iteration_table(trace), emission_table(trace)
 
 
 def test_released_slots_change_nothing(monkeypatch):
     """Finished requests' slots are recycled for later ones (a run holds slots for the requests in
-    flight and a few finished ones); that must give the run a slot of its own per request gives (drafters, the prefix
-    cache and the frontend see request ids, the logs name requests, the active set keeps its order)."""
+    flight and a few finished ones); that must give the run a slot of its own per request gives
+    (drafters, the prefix cache and the frontend see request ids, the logs name requests, the active
+    set keeps its order)."""
     for over in ({"speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1},
                   "acceptance": {"mode": "drafter"}, "workload": {"arrival": "poisson", "rate": 30.0}},
                  {"engine": {"engine": "vllm"}, "acceptance": {"mode": "drafter"},
@@ -358,5 +363,8 @@ def test_released_slots_change_nothing(monkeypatch):
         for key, value in over.items():
             data[key] = {**data.get(key, {}), **value}
         cfg = build_config(data)
-        for a, b in zip(_run_executor(cfg, monkeypatch, False), _run_executor(cfg, monkeypatch, True)):
-            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        own = _run_executor(cfg, monkeypatch, None)
+        # each slot recycled at once; and in batches, early when admissions would otherwise grow the state
+        for recycle_at in (1, RECYCLE_AT):
+            for a, b in zip(own, _run_executor(cfg, monkeypatch, recycle_at)):
+                pd.testing.assert_frame_equal(a, b, check_exact=True)

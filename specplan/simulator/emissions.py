@@ -130,12 +130,7 @@ class IterationLog:
 
     def column(self, name: str) -> np.ndarray:
         """One field over the recorded iterations (float seconds, bool ``spec_on``, int64 otherwise)."""
-        values = self.rows[:self.n, ITERATION_FIELDS.index(name)]
-        if self.spill:
-            values = np.concatenate([*(c for c, in self.spill.read((name,))), values])
-        if name in _FLOAT_FIELDS:
-            return values.copy() if not self.spill else values
-        return _typed(name, values)
+        return np.concatenate([values for values, in self.chunks((name,))])
 
     __getitem__ = column  # read like a table's columns
 

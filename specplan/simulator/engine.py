@@ -72,13 +72,13 @@ class Executor:
         self.record_batches = record_batches  # keep every step's composition (fidelity replay)
         self.prefix_cache = prefix_cache  # a prefix_cache.PrefixCache when the engine caches prefixes
         n = self.n = len(workload.prompt_lens)
-        self.results = results if results is not None else (np.full(n, np.nan), np.full(n, np.nan),
-                                                            np.zeros(n, dtype=np.int64))
+        if results is None:
+            results = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
         expected = share * n  # the requests this replica expects
         # Slots for the requests in flight (at most max_num_active_requests at once): a finished
         # request's slot is recycled for a later one (``RequestState.release``).
         self.st = RequestState(workload.prompt_lens[:0], workload.output_lens[:0],
-                               capacity=min(n, settings.max_num_active_requests), results=self.results)
+                               capacity=min(n, settings.max_num_active_requests), results=results)
         self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None
@@ -379,7 +379,7 @@ class Executor:
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
         st.scatter()  # the requests still in slots (those recycled wrote theirs then)
         if per_request:
-            t.first_token, t.finish, t.generated = self.results
+            t.first_token, t.finish, t.generated = st.results
         return t
 
     def run(self) -> Trace:

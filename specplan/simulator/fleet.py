@@ -8,9 +8,9 @@ reads the replicas' load at that instant and submits the request to one of them.
 any replica come back to the one frontend, which sends sessions' next turns and frees clients.
 
 Request ids are global; each replica holds the requests in flight on it in its own slots and
-writes each request's times, when it finishes, at its id in the fleet's arrays, so the fleet's
-tables hold every request's row from the replica it was routed to. Metrics come per replica and for the fleet; the fleet's summary has the
-same keys as a single run's. Each replica has its own prefix cache when the engine has prefix
+writes each request's times, once it finishes, at its id in the fleet's arrays, so the fleet's
+tables hold every request's row from the replica it was routed to. Metrics come per replica and
+for the fleet; the fleet's summary has the same keys as a single run's. Each replica has its own prefix cache when the engine has prefix
 caching on, so session affinity keeps a session's prefix hits.
 
 Speed: draft-free steps of all replicas run in one compiled loop (``specplan.simulator.fleet_loop``):

@@ -50,12 +50,10 @@ class Frontend:
         return range(len(self.w.prompt_lens)) if p is None else np.flatnonzero(p < 0)
 
     def _open_loop(self):
-        roots, arrivals = self._roots(), self.w.arrivals
-        if isinstance(roots, range) and not (arrivals[1:] < arrivals[:-1]).any():
-            order = roots  # already in arrival order (a Poisson process's cumulative times)
-        else:
-            roots = np.asarray(roots)
-            order = roots[np.argsort(arrivals[roots], kind="stable")]
+        roots = self._roots()
+        times = self.w.arrivals if self.w.predecessor is None else self.w.arrivals[roots]  # all roots: no copy
+        # Roots already in arrival order (a Poisson process's cumulative times) are sent as they are.
+        order = roots if not (times[1:] < times[:-1]).any() else np.asarray(roots)[np.argsort(times, kind="stable")]
         for rid in map(int, order):  # not a list of every request
             delay = self.w.arrivals[rid] - self.env.now
             if delay > 0:

@@ -6,6 +6,8 @@ time and never held as whole columns (ten million requests take some ten million
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from specplan.simulator.emissions import IterationLog
@@ -17,9 +19,10 @@ SUMMED = ("batch_rows", "drafted", "accepted", "verified_draft_tokens", "spec_on
 
 
 def iteration_figures(iterations) -> dict:
-    """The summary's figures of the iteration log: step count, sums of batch rows, drafted, accepted
-    and verified draft tokens, the speculating steps, steps by K (a step that did not speculate
-    counts as K 0) and :func:`overcharge`'s. ``iterations`` is an ``IterationLog`` (read chunk by
+    """The summary's figures of the iteration log: step count (``iterations``), sums of ``batch_rows``,
+    ``drafted``, ``accepted`` and ``verified`` draft tokens, the speculating steps
+    (``spec_iterations``), steps by K (``k_counts``; a step that did not speculate counts as K 0)
+    and :func:`overcharge`'s (``overcharge``). ``iterations`` is an ``IterationLog`` (read chunk by
     chunk), a list of them (a fleet's replicas') or columns by name (a table, a dict of arrays)."""
     if isinstance(iterations, IterationLog):
         parts = iterations.chunks(SUMMED)
@@ -27,25 +30,16 @@ def iteration_figures(iterations) -> dict:
         parts = (chunk for log in iterations for chunk in log.chunks(SUMMED))
     else:
         parts = [tuple(np.asarray(iterations[name]) for name in SUMMED)]
-    out = {"iterations": 0, "batch_rows": 0, "drafted": 0, "accepted": 0, "verified": 0, "spec_iterations": 0,
-           "k_counts": {}, "overcharge": dict.fromkeys(_OVERCHARGE_KEYS, 0)}
+    sums, k_counts, over = Counter(), Counter(), Counter()
     for batch_rows, drafted, accepted, verified, spec_on, k, *charges in parts:
         spec_on = np.asarray(spec_on, dtype=bool)
-        out["iterations"] += len(batch_rows)
-        out["batch_rows"] += int(np.asarray(batch_rows, dtype=np.int64).sum())
-        out["drafted"] += int(np.asarray(drafted).sum())
-        out["accepted"] += int(np.asarray(accepted).sum())
-        out["verified"] += int(np.asarray(verified).sum())
-        out["spec_iterations"] += int(spec_on.sum())
+        sums.update({"iterations": len(batch_rows), "batch_rows": int(np.asarray(batch_rows, dtype=np.int64).sum()),
+                     "drafted": int(np.asarray(drafted).sum()), "accepted": int(np.asarray(accepted).sum()),
+                     "verified": int(np.asarray(verified).sum()), "spec_iterations": int(spec_on.sum())})
         values, counts = np.unique(np.where(spec_on, np.asarray(k, dtype=np.int64), 0), return_counts=True)
-        for v, c in zip(values.tolist(), counts.tolist()):
-            out["k_counts"][v] = out["k_counts"].get(v, 0) + c
-        for key, value in _overcharged(spec_on, batch_rows, *charges).items():
-            out["overcharge"][key] += value
-    return out
-
-
-_OVERCHARGE_KEYS = ("charged_tokens", "overcharged_tokens", "overcharged_tokens_spec_off", "overcharged_tokens_queued")
+        k_counts.update(dict(zip(values.tolist(), counts.tolist())))
+        over.update(_overcharged(spec_on, batch_rows, *charges))
+    return {**sums, "k_counts": dict(k_counts), "overcharge": dict(over)}
 
 
 def overcharge(iterations) -> dict:

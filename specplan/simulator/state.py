@@ -74,16 +74,10 @@ class RequestState:
         """Requests ``rids`` in slots (recycled ones first, then the next ones, doubling the room as
         needed), their lengths taken from the workload's ``prompt_lens`` and ``output_lens``;
         returns their slots."""
-        if len(rids) == 1 and self.free:  # the usual admission: one request, a recycled slot
-            slot, r = self.free.pop(), rids[0]
-            self.rid[slot], self.olen[slot] = r, output_lens.item(r)
-            self.plen[slot] = self.ctx_target[slot] = prompt_lens.item(r)
-            return [slot]
-        if len(self.free) < len(rids) and self.n + len(rids) - len(self.free) > self.capacity and self._released:
+        if len(rids) > len(self.free) + self.capacity - self.n and self._released:
             self._recycle()  # rather than grow
-        reused = self.free[len(self.free) - min(len(rids), len(self.free)):]
-        del self.free[len(self.free) - len(reused):]
-        first, end = self.n, self.n + len(rids) - len(reused)
+        slots = [self.free.pop() for _ in range(min(len(rids), len(self.free)))]
+        first, end = self.n, self.n + len(rids) - len(slots)
         if end > self.capacity:
             while self.capacity < end:
                 self.capacity *= 2
@@ -92,7 +86,7 @@ class RequestState:
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
         self.n = end
-        slots = reused + list(range(first, end))
+        slots.extend(range(first, end))
         if len(slots) <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
             for slot, r in zip(slots, rids):
                 self.rid[slot], self.olen[slot] = r, output_lens.item(r)

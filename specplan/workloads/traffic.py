@@ -230,9 +230,7 @@ class SyntheticTraffic(Sequence[Request]):
     def labels(self) -> dict[str, np.ndarray]:
         """:func:`request_labels` of these requests, from the draws, without making them."""
         n = self._cfg.num_requests
-        units = self._units
-        ids = [_copy_name(f"synthetic-{i}", k)  # named as synthetic_requests does
-               for i, k in zip(units.tolist(), _copy_numbers(units).tolist())]
+        ids = [_copy_name(f"synthetic-{i}", k) for i, k in self._draws]  # named as synthetic_requests does
         return {"request_id": np.array(ids, dtype=object), "category": np.full(n, "synthetic", dtype=object),
                 "turn": np.zeros(n, dtype=np.int64)}
 
