@@ -1,5 +1,5 @@
 """``python -m specplan``: the same as the ``specplan`` console script."""
 
-from specplan.cli import console
+from specplan.entry import console
 
 console()

@@ -4,15 +4,18 @@ the sweep workers' warm start (``benchmarks/bench_vidur.py`` shows the CPU secon
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from cli_helpers import SMALL
 from specplan.simulator.control import DRAFT_WIDTH, RUNTIME_WIDTH, STATIC_WIDTH, verified_width
+from specplan.startup import BLAS_THREAD_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,8 +31,9 @@ print(json.dumps({"target": target, "numba": numba,
 """
 
 
-def _python(code: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+def _python(code: str, env: dict | None = None) -> list:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=env)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -88,3 +92,55 @@ def test_sweep_workers_start_with_the_kernels_a_run_loads(tmp_path):
                      f"simulate(load_config({str(scenario)!r}))\n{loaded}")
     (preloaded,) = _python(f"import json, sys\nimport specplan.sweeps.warm_start\n{loaded}")
     assert ran and set(ran) <= set(preloaded)
+
+
+_NO_BLAS_SETTING = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
+
+
+def test_one_blas_thread_keeps_a_users_setting_and_acts_only_before_numpy_loads():
+    (unset, users, late) = _python(
+        "import json\nfrom specplan.startup import one_blas_thread\n"
+        "env = {}\nprint(json.dumps([one_blas_thread(env), env]))\n"
+        "env = {'OMP_NUM_THREADS': '4'}\nprint(json.dumps([one_blas_thread(env), env]))\n"
+        "import numpy\nenv = {}\nprint(json.dumps([one_blas_thread(env), env]))", env=_NO_BLAS_SETTING)
+    assert unset == [True, {"OPENBLAS_NUM_THREADS": "1"}]
+    assert users == [False, {"OMP_NUM_THREADS": "4"}]
+    assert late == [False, {}]  # numpy (and its OpenBLAS) already loaded: too late to matter
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_numpy_loads_with_one_thread_after_one_blas_thread():
+    count = "import json, os\nimport numpy\nprint(json.dumps(len(os.listdir('/proc/self/task'))))"
+    (threads,) = _python(f"from specplan.startup import one_blas_thread\none_blas_thread()\n{count}",
+                         env=_NO_BLAS_SETTING)
+    assert threads == 1
+
+
+def test_numba_finds_blas_through_scipys_table_without_importing_scipy_linalg():
+    probe = ("import json, sys\nimport numpy as np\nfrom numba import njit\n"
+             "from numba.core.registry import cpu_target\ncpu_target.target_context.refresh()\n"
+             "import numba.np.arraymath as am\n"
+             "linalg_before = 'scipy.linalg' in sys.modules\n"
+             "a = np.arange(12.0).reshape(3, 4)\n"
+             "dot = njit(lambda x, y: np.dot(x, y))(a, a.T)\n"
+             "import scipy.linalg\nfrom scipy.linalg import cython_blas\n"
+             "print(json.dumps({'blas': am._HAVE_BLAS, 'linalg': linalg_before, 'dot': dot.tolist(),"
+             " 'same': cython_blas is sys.modules['scipy.linalg.cython_blas'],"
+             " 'solve': scipy.linalg.solve(np.eye(2) * 2, np.ones(2)).tolist()}))")
+    (loaded,) = _python(f"from specplan.startup import load_scipy_blas\nassert load_scipy_blas()\n{probe}")
+    (plain,) = _python(probe)
+    expected = (np.arange(12.0).reshape(3, 4) @ np.arange(12.0).reshape(3, 4).T).tolist()
+    assert loaded == {"blas": True, "linalg": False, "dot": expected, "same": True, "solve": [0.5, 0.5]}
+    assert plain == {**loaded, "linalg": True}  # numba's own probe imports the whole package
+
+
+def test_the_console_sets_the_process_up_before_the_cli(tmp_path):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    report = ("import atexit, json, os, sys\nfrom specplan.entry import console\n"
+              "atexit.register(lambda: print(json.dumps([os.environ.get('OPENBLAS_NUM_THREADS'),"
+              " 'scipy.linalg' in sys.modules, 'scipy.linalg.cython_blas' in sys.modules])))\n"
+              f"sys.argv = ['specplan', 'simulate', {str(scenario)!r}, '--format', 'json']\nconsole()")
+    summary, state = _python(report, env=_NO_BLAS_SETTING)
+    assert summary["output_tokens"] > 0
+    assert state == ["1", False, True]

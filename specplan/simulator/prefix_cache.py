@@ -33,9 +33,10 @@ OFF, SAME_STEP, AFTER_STEP = 0, 1, 2
 
 def block_hashes(tokens: np.ndarray, block_size: int) -> list[int]:
     """Chained hashes of the full blocks of ``tokens``."""
+    full = len(tokens) // block_size
     out, parent = [], None
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start:start + block_size].tolist())))
+    for block in tokens[:full * block_size].reshape(full, block_size).tolist():
+        parent = hash((parent, tuple(block)))
         out.append(parent)
     return out
 
@@ -48,11 +49,19 @@ class PrefixCache:
         self.block_size = block_size
         self.mode = mode
         dense: dict[int, int] = {}
-        per_request = [[dense.setdefault(h, len(dense)) for h in
-                        block_hashes(np.concatenate([r.prompt_ids, r.output_ids]), block_size)] for r in requests]
+        # A trace's copies share their token arrays: each pair of arrays is hashed once.
+        by_tokens: dict[tuple[int, int], np.ndarray] = {}
+        per_request = []
+        for r in requests:
+            key = (id(r.prompt_ids), id(r.output_ids))
+            blocks = by_tokens.get(key)
+            if blocks is None:
+                hashes = block_hashes(np.concatenate([r.prompt_ids, r.output_ids]), block_size)
+                blocks = by_tokens[key] = np.array([dense.setdefault(h, len(dense)) for h in hashes], dtype=np.int64)
+            per_request.append(blocks)
         self.off = np.zeros(len(requests) + 1, dtype=np.int64)
         self.off[1:] = np.cumsum([len(b) for b in per_request])
-        self.ids = np.fromiter((i for b in per_request for i in b), dtype=np.int64, count=int(self.off[-1]))
+        self.ids = np.concatenate(per_request) if per_request else np.zeros(0, dtype=np.int64)
         self.cached = np.zeros(max(len(dense), 1), dtype=np.bool_)
         self.hits = np.zeros(1, dtype=np.int64)
 

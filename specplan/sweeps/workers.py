@@ -79,6 +79,7 @@ def this_package_first() -> Iterator[None]:
 def load_cached_kernels() -> int:
     """Load every compiled kernel of the imported specplan modules that numba's on-disk cache holds for
     the current code (each signature its index lists), numba's CPU target first; returns how many.
+    The target's BLAS probe finds scipy's table loaded (``startup.load_scipy_blas``).
 
     A worker would otherwise pay these on its first runs (the target alone is about a third of a
     CPU-second). Nothing is compiled: an entry for other code, or another machine, is passed over, and
@@ -88,6 +89,9 @@ def load_cached_kernels() -> int:
     from numba.core.dispatcher import Dispatcher
     from numba.core.registry import cpu_target
 
+    from specplan.startup import load_scipy_blas
+
+    load_scipy_blas()  # before the target's set-up probes for BLAS
     codegen = cpu_target.target_context.codegen()
     loaded = 0
     for name, module in list(sys.modules.items()):

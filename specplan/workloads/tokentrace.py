@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+
 from specplan.errors import TraceError
 from specplan.workloads.records import check_arrival, iter_records, write_jsonl
 from specplan.workloads.request import Request
@@ -17,17 +19,26 @@ MAX_TOKEN_ID = 2**31 - 1  # token ids are held as int32, the engines' dtype
 _OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, float), "max_new_tokens": int}
 
 
-def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> np.ndarray:
+    """The field's token ids as int32, the engines' dtype; a bad id raises TraceError naming the field."""
+    # ``type(t) is int`` turns away JSON's true/false, which isinstance would take as 1 and 0
+    if not isinstance(value, list) or any(type(t) is not int for t in value):
         raise TraceError(f"{path}:{lineno}: field '{field}' must be a list of integer token ids")
-    if not value and not allow_empty:
-        raise TraceError(f"{path}:{lineno}: field '{field}' is empty; every request needs at least one token")
-    if any(t < 0 for t in value):
+    if not value:
+        if not allow_empty:
+            raise TraceError(f"{path}:{lineno}: field '{field}' is empty; every request needs at least one token")
+        return np.zeros(0, dtype=np.int32)
+    try:
+        tokens = np.array(value, dtype=np.int64)
+        low, high = int(tokens.min()), int(tokens.max())
+    except OverflowError:  # beyond int64 either way
+        low, high = min(value), max(value)
+    if low < 0:
         raise TraceError(f"{path}:{lineno}: field '{field}' holds a negative token id")
-    if any(t > MAX_TOKEN_ID for t in value):
+    if high > MAX_TOKEN_ID:
         raise TraceError(f"{path}:{lineno}: field '{field}' holds a token id above {MAX_TOKEN_ID} (ids are int32, "
                          "as the engines store them)")
-    return value
+    return tokens.astype(np.int32)
 
 
 def parse_token_record(obj, path: Path, lineno: int) -> Request:
