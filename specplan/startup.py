@@ -2,9 +2,10 @@
 
 Both are start-up costs of libraries, not of simulating (``benchmarks/bench_vidur.py`` prints them):
 
-- OpenBLAS, loaded by numpy (and another copy by scipy), starts a worker thread per core that spins
-  before it sleeps: about 0.1 CPU-s at each load on two cores. Nothing specplan computes with BLAS
-  is big enough to use a second thread, so a command runs it on one unless the user chose otherwise.
+- OpenBLAS, loaded by numpy (and another copy by scipy), starts a worker thread per core, and each
+  spins a while before it sleeps, beside the imports that follow: about 0.2 CPU-s a process on two
+  cores. Nothing specplan computes with BLAS is big enough to use a second thread, so a command
+  runs it on one unless the user chose otherwise.
 - numba's CPU target, as it initialises, looks for BLAS by importing ``scipy.linalg.cython_blas``,
   and so runs ``scipy.linalg``'s package import (scipy's array-API layer, numpy's f2py and testing
   modules): about 0.1 CPU-s for one extension module's function table.
@@ -58,4 +59,3 @@ def load_scipy_blas() -> bool:
         del sys.modules[SCIPY_BLAS]
         raise
     return True
-
