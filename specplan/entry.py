@@ -1,12 +1,20 @@
 """The ``specplan`` executable and ``python -m specplan``: the process set up first (``startup``), before
 numpy or numba load, then the CLI's console (``specplan.cli.console``)."""
 
+import sys
+
 from specplan import startup
+
+# Commands that run a device's own work (torch, a real engine) in this process or its re-executed
+# copy: BLAS threading there is the machine's as the user left it.
+DEVICE_COMMANDS = ("calibrate", "validate")
 
 
 def console() -> None:
-    """One BLAS thread, scipy's BLAS table for numba's probe, then the command."""
-    startup.one_blas_thread()
+    """One BLAS thread (except for ``DEVICE_COMMANDS``), scipy's BLAS table for numba's probe, then the
+    command."""
+    if sys.argv[1:2] not in ([name] for name in DEVICE_COMMANDS):
+        startup.one_blas_thread()
     startup.load_scipy_blas()
     from specplan.cli import console as cli_console
 

@@ -144,3 +144,14 @@ def test_the_console_sets_the_process_up_before_the_cli(tmp_path):
     summary, state = _python(report, env=_NO_BLAS_SETTING)
     assert summary["output_tokens"] > 0
     assert state == ["1", False, True]
+
+
+def test_commands_that_time_a_device_keep_the_machines_blas_threading():
+    report = ("import atexit, json, os, sys\nfrom specplan.entry import console\n"
+              "atexit.register(lambda: print(json.dumps(os.environ.get('OPENBLAS_NUM_THREADS'))))\n"
+              "sys.argv = ['specplan', {command!r}, '--help']\nconsole()")
+    for command, expected in (("calibrate", None), ("validate", None), ("sweep", "1")):
+        proc = subprocess.run([sys.executable, "-c", report.format(command=command)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300, env=_NO_BLAS_SETTING)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.splitlines()[-1]) == expected, command
