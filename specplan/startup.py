@@ -40,7 +40,8 @@ def load_scipy_blas() -> bool:
     numba's probe (``numba.np.linalg.ensure_blas``, run as ``numba.np.arraymath`` is imported) then finds
     the module loaded, and its kernels read BLAS from the same table as before. A later
     ``import scipy.linalg`` runs as usual and reuses this module. Does nothing if the module is
-    loaded already, if numba's target is already set up, or if scipy or the extension is missing.
+    loaded already, if numba's target is already set up, if scipy or the extension is missing, or if
+    the extension fails to load on its own (numba's probe then imports it as before).
     """
     if SCIPY_BLAS in sys.modules or "numba.np.arraymath" in sys.modules:
         return False
@@ -51,11 +52,11 @@ def load_scipy_blas() -> bool:
     spec = importlib.machinery.PathFinder.find_spec(SCIPY_BLAS, folders)
     if spec is None:
         return False
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[SCIPY_BLAS] = module
     try:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[SCIPY_BLAS] = module
         spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[SCIPY_BLAS]
-        raise
+    except Exception:  # a scipy whose table needs its package first: numba's own import then runs
+        sys.modules.pop(SCIPY_BLAS, None)
+        return False
     return True

@@ -155,3 +155,20 @@ def test_commands_that_time_a_device_keep_the_machines_blas_threading():
                               text=True, cwd=ROOT, timeout=300, env=_NO_BLAS_SETTING)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.splitlines()[-1]) == expected, command
+
+
+def test_a_blas_table_that_fails_to_load_alone_leaves_numbas_own_probe(tmp_path):
+    fake = tmp_path / "scipy" / "linalg"
+    fake.mkdir(parents=True)
+    (fake / "cython_blas.py").write_text("raise ImportError('needs scipy.linalg first')\n")
+    (result,) = _python(
+        "import importlib.machinery, importlib.util, json, sys\nfrom specplan import startup\n"
+        "fake = importlib.machinery.ModuleSpec('scipy', None, is_package=True)\n"
+        f"fake.submodule_search_locations = [{str(tmp_path / 'scipy')!r}]\n"
+        "real = importlib.util.find_spec\nimportlib.util.find_spec = lambda name, *a: fake if name == 'scipy' else real(name, *a)\n"
+        "loaded = startup.load_scipy_blas()\nimportlib.util.find_spec = real\n"
+        "left = startup.SCIPY_BLAS in sys.modules\n"
+        "from numba.core.registry import cpu_target\ncpu_target.target_context.refresh()\n"
+        "import numba.np.arraymath as am\n"
+        "print(json.dumps([loaded, left, am._HAVE_BLAS, 'scipy.linalg' in sys.modules]))")
+    assert result == [False, False, True, True]  # not loaded, nothing left behind; numba imported it itself
