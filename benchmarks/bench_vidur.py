@@ -8,16 +8,17 @@ child's CPU time (user + sys, from ``getrusage(RUSAGE_CHILDREN)``) covers interp
 imports, config, workload build, oracle, the loop, metrics and printing. Target: >= 4,000,000
 simulated output tokens per CPU-second, the whole process.
 
-A breakdown follows, measured inside one more child with ``time.process_time``: imports (the
-console's set-up, ``specplan.startup``, the CLI and the run module), numba (its CPU target initialised, as the first compiled kernel loaded from the
-cache does), config (parsing the scenario, the cost model, the scenario's description), build
-(workload, oracle and kernels loaded, up to the executor about to run), loop (the executor's run),
-metrics (tables and summary) and output (printing the summary); the rest of that child's CPU time,
-which ends as the console does, is interpreter start and exit (``python -c pass`` alone is printed
-beside it). Then a small scenario (``--small`` requests, 200) as a whole process (best of ``--runs``)
-less its loop (from the same breakdown): what a command costs beyond the simulation. Target: <= 0.3
-CPU-s. One run with an empty numba cache (``NUMBA_CACHE_DIR`` pointed at a fresh folder) is reported
-apart.
+A breakdown follows, measured inside one more child with ``time.process_time``: numpy (the console's
+set-up, ``specplan.startup``, which loads it), numba import, other imports (the CLI and the run
+module: specplan, pydantic, typer, rich, simpy), numba target (its CPU target initialised, as the
+first compiled kernel loaded from the cache does), config (parsing the scenario, the cost model, the
+scenario's description), build (workload, oracle and kernels loaded, up to the executor about to
+run), loop (the executor's run), metrics (tables and summary) and output (printing the summary); the
+rest of that child's CPU time, which ends as the console does, is interpreter start and exit
+(``python -c pass`` alone is printed beside it). Then a small scenario (``--small`` requests, 200)
+as a whole process (best of ``--runs``) less its loop (from the same breakdown): what a command
+costs beyond the simulation. Target: <= 0.3 CPU-s. One run with an empty numba cache
+(``NUMBA_CACHE_DIR`` pointed at a fresh folder) is reported apart.
 
     python benchmarks/bench_vidur.py [--runs 3] [--requests 10000] [--small 200] [--no-cold]
 
@@ -59,7 +60,11 @@ def breakdown(requests: int) -> dict:
     from specplan import startup
 
     startup.one_blas_thread()  # as the console sets the process up (``specplan.entry``)
-    startup.load_scipy_blas()
+    startup.load_scipy_blas()  # imports numpy
+    marks["numpy"] = time.process_time()
+    import numba  # noqa: F401
+
+    marks["numba import"] = time.process_time()
     import specplan.cli
     from specplan.simulator import run
 
@@ -94,7 +99,9 @@ def breakdown(requests: int) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         specplan.cli.main(simulate_argv(requests)[2:])
     marks["done"] = time.process_time()
-    return {"imports": marks["imported"] - marks["start"], "numba": marks["numba"] - marks["imported"],
+    return {"numpy": marks["numpy"] - marks["start"], "numba import": marks["numba import"] - marks["numpy"],
+            "other imports": marks["imported"] - marks["numba import"],
+            "numba target": marks["numba"] - marks["imported"],
             "config": marks["simulate"] - marks["numba"],
             "build": marks["built"] - marks["simulate"], "loop": marks["looped"] - marks["built"],
             "metrics": marks["summarized"] - marks["looped"], "output": marks["done"] - marks["summarized"]}
