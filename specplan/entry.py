@@ -13,7 +13,8 @@ DEVICE_COMMANDS = ("calibrate", "validate")
 def console() -> None:
     """One BLAS thread (except for ``DEVICE_COMMANDS``), scipy's BLAS table for numba's probe, then the
     command."""
-    if sys.argv[1:2] not in ([name] for name in DEVICE_COMMANDS):
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command not in DEVICE_COMMANDS:
         startup.one_blas_thread()
     startup.load_scipy_blas()
     from specplan.cli import console as cli_console

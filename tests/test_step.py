@@ -22,9 +22,17 @@ from specplan.simulator.state import DONE, KV_USED, N_ACTIVE, PREEMPTIONS, RECYC
 BLOCK = 16
 
 
+def filled(plen, olen) -> RequestState:
+    """A RequestState holding requests ``0..n-1`` with these lengths, request i in slot i."""
+    plen, olen = np.asarray(plen, dtype=np.int64), np.asarray(olen, dtype=np.int64)
+    st_ = RequestState(len(plen))
+    assert st_.add(list(range(len(plen))), plen, olen) == list(range(len(plen)))
+    return st_
+
+
 def state(plen, olen, computed=None, generated=None, started=None):
-    """A RequestState with the given progress, every request active in index order."""
-    st_ = RequestState(np.array(plen), np.array(olen))
+    """A RequestState with the given progress, every request active in index order (slot = id)."""
+    st_ = filled(plen, olen)
     if computed is not None:
         st_.computed[:] = computed
     if generated is not None:
@@ -151,7 +159,7 @@ def test_price_step_terms_equal_the_numpy_reduction(rows_spec):
     """``price_step`` against ``BatchTerms.of`` of the same batch, and KV grown to resident + q."""
     n = len(rows_spec)
     plen = np.array([r[0] for r in rows_spec])
-    st_ = RequestState(plen, plen + 500)
+    st_ = filled(plen, plen + 500)
     st_.generated[:] = [r[1] for r in rows_spec]
     ctx = np.array([r[3] for r in rows_spec])
     st_.computed[:] = np.where(ctx, plen // 2, plen)
@@ -261,10 +269,10 @@ def test_fleet_spans_match_one_step_at_a_time(monkeypatch, count_calls):
 
 def test_add_puts_admitted_requests_in_the_next_slots():
     """Batches of one to nine ids (a scalar and a gathered path), growing the room past its start:
-    each slot holds the request's id and lengths, as slot = id holds them."""
+    each slot holds the request's id and its lengths from the workload's arrays, and no progress."""
     rng = np.random.default_rng(0)
     plen, olen = rng.integers(1, 900, 50), rng.integers(1, 300, 50)
-    st_ = RequestState(plen[:0], olen[:0], capacity=2)
+    st_ = RequestState(2)
     order = rng.permutation(50).tolist()
     at, slots = 0, []
     for size in [1, 3, 9, 2, 5, 1, 4, 7, 6, 1, 8, 3]:
@@ -272,11 +280,11 @@ def test_add_puts_admitted_requests_in_the_next_slots():
         slots += st_.add(batch, plen, olen)
         at += size
     assert slots == list(range(50)) and st_.n == 50 and st_.capacity >= 50
-    by_id = RequestState(plen, olen)
     ids = np.array(order)
-    for name in ("plen", "olen", "ctx_target", "generated", "computed"):
-        np.testing.assert_array_equal(getattr(st_, name)[:50], getattr(by_id, name)[ids], err_msg=name)
-    np.testing.assert_array_equal(st_.rid[:50], ids)
+    expected = {"plen": plen[ids], "olen": olen[ids], "ctx_target": plen[ids], "generated": 0, "computed": 0,
+                "rid": ids}
+    for name, want in expected.items():
+        np.testing.assert_array_equal(getattr(st_, name)[:50], np.broadcast_to(want, 50), err_msg=name)
 
 
 def test_spans_follow_state_and_logs_into_new_arrays(monkeypatch):

@@ -48,7 +48,7 @@ from specplan.simulator.kv import KVBlockPool
 from specplan.simulator.paths import PATHS, TRT_DRAFTER
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, POLICIES, ScheduleDecision, check_fits, schedule_step
-from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState
+from specplan.simulator.state import DONE, N_ACTIVE, PREEMPTIONS, RequestState, empty_results
 
 
 class Executor:
@@ -73,12 +73,11 @@ class Executor:
         self.prefix_cache = prefix_cache  # a prefix_cache.PrefixCache when the engine caches prefixes
         n = self.n = len(workload.prompt_lens)
         if results is None:
-            results = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+            results = empty_results(n)
         expected = share * n  # the requests this replica expects
         # Slots for the requests in flight (at most max_num_active_requests at once): a finished
         # request's slot is recycled for a later one (``RequestState.release``).
-        self.st = RequestState(workload.prompt_lens[:0], workload.output_lens[:0],
-                               capacity=min(n, settings.max_num_active_requests), results=results)
+        self.st = RequestState(min(n, settings.max_num_active_requests), results)
         self.kv = KVBlockPool(settings.kv_num_blocks, settings.kv_block_size, self.st)
         self.k_static = settings.max_draft_len if settings.speculate else 0
         self.gate = self.legacy_gate = None

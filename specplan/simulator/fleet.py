@@ -35,6 +35,7 @@ from specplan.simulator.fleet_loop import Stepper
 from specplan.simulator.inputs import Workload
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.router import Load, make_router
+from specplan.simulator.state import empty_results
 
 
 def replica_configs(cfg: SimConfig) -> list[SimConfig]:
@@ -69,8 +70,7 @@ class Fleet:
         # Cost models only price steps (no run state), so replicas of one tp degree share one.
         costs: dict[int, object] = {cfg.cost.tp: cost} if cost is not None else {}
         self.replicas: list[Executor] = []
-        n = len(workload.prompt_lens)
-        self.results = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)  # by request, all replicas
+        self.results = empty_results(len(workload.prompt_lens))  # by request id, written by every replica
         shared = None
         for rcfg in replica_configs(cfg):
             if rcfg.cost.tp not in costs:

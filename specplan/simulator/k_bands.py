@@ -103,7 +103,7 @@ def describe_bands(cfg: SimConfig) -> str:
 
 def k_shares(counts: Mapping[int, int]) -> dict[int, float]:
     """Share of the steps run at each K, in order of K, from the steps counted at each
-    (``metrics.iteration_figures``: a step that did not speculate counts as K 0)."""
+    (``iteration_sums.iteration_figures``: a step that did not speculate counts as K 0)."""
     total = sum(counts.values())
     return {k: c / total for k, c in sorted(counts.items())}
 

@@ -43,24 +43,26 @@ _RESETS = tuple((name, fill) for name, (_, fill) in _FIELDS.items()
 RECYCLE_AT = 256
 
 
+def empty_results(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``RequestState.results`` for ``n`` requests before any ran: first-token and finish times NaN,
+    generated counts 0 (what a request that never completes keeps)."""
+    return np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+
+
 class RequestState:
     """Lengths, progress and flags of the requests in ``n`` slots (room for ``capacity``), and the
-    active set. Given lengths fill slot = request id; ``add`` gives admitted requests slots instead,
-    recycled ones first: a run holds slots for the requests in flight and at most ``RECYCLE_AT``
-    finished ones, not for every request it serves (ten million requests in a few hundred slots).
-    ``results`` (first-token times, finish times and generated counts by request id) is where a
-    recycled slot's request leaves its figures. Counters hold the active count, KV blocks in use,
-    reserved.sum() (no sum over every request per step), preemptions and completions."""
+    active set. ``add`` gives admitted requests slots, recycled ones first: a run holds slots for the
+    requests in flight and at most ``RECYCLE_AT`` finished ones, not for every request it serves (ten
+    million requests in a few hundred slots). ``results`` (first-token times, finish times and
+    generated counts by request id) is where a recycled slot's request leaves its figures. Counters
+    hold the active count, KV blocks in use, reserved.sum() (no sum over every request per step),
+    preemptions and completions."""
 
-    def __init__(self, prompt_lens: np.ndarray, output_lens: np.ndarray, capacity: int = 0,
-                 results: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
-        n = len(prompt_lens)
-        self.n = n
-        self.capacity = max(n, capacity, 1)
+    def __init__(self, capacity: int = 1, results: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
+        self.n = 0
+        self.capacity = max(capacity, 1)
         for name, (dtype, fill) in _FIELDS.items():
             setattr(self, name, np.full(self.capacity, fill, dtype=dtype))
-        self.plen[:n], self.olen[:n], self.ctx_target[:n] = prompt_lens, output_lens, prompt_lens
-        self.rid[:] = np.arange(self.capacity)
         self.counters = np.zeros(5, dtype=np.int64)
         self.results = results
         self.free: list[int] = []  # recycled slots, given again by ``add``

@@ -21,8 +21,8 @@ _OPTIONAL = {"category": str, "session": str, "turn": int, "arrival_s": (int, fl
 
 def _token_list(value, path: Path, lineno: int, field: str, allow_empty: bool) -> np.ndarray:
     """The field's token ids as int32, the engines' dtype; a bad id raises TraceError naming the field."""
-    # ``type(t) is int`` turns away JSON's true/false, which isinstance would take as 1 and 0
-    if not isinstance(value, list) or any(type(t) is not int for t in value):
+    # exactly int (in C, no Python step a token): JSON's true/false are bools, which isinstance takes as ints
+    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
         raise TraceError(f"{path}:{lineno}: field '{field}' must be a list of integer token ids")
     if not value:
         if not allow_empty:
