@@ -5,13 +5,17 @@ The same check on two recorded quiet-machine runs, without vLLM: ``tests/test_ca
 """
 
 import json
+import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from specplan.simulator.run import simulate
 from specplan.validation import vllm_compare as vc
@@ -103,9 +107,38 @@ def _within(errors: dict, median: float, end_to_end: float, noise: float) -> Non
             assert abs(errors[key]) < end_to_end, (key, errors, f"engine repeatability {noise:.1%}")
 
 
+def _busy_s() -> float | None:
+    """CPU seconds the whole machine has been busy (user, nice, system, irq, softirq, steal in /proc/stat),
+    or None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _run_alone(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``cmd``; also return the share of the machine's CPU time that other processes took meanwhile
+    (the machine's busy time less the command's own CPU time, over wall time x cores): a microbenchmark
+    timed beside another job reads slow however well it repeats. 1.0 where it cannot be told."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own0, busy0, wall0 = usage.ru_utime + usage.ru_stime, _busy_s(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, busy1, wall = usage.ru_utime + usage.ru_stime - own0, _busy_s(), time.monotonic() - wall0
+    if busy0 is None or busy1 is None:
+        return proc, 1.0
+    return proc, max(0.0, busy1 - busy0 - own) / (wall * os.cpu_count())
+
+
 # A step shape repeating to within this (median deviation) marks a quiet machine, where the issue's bars
 # hold (measured here: 0.2-6% on a quiet machine, 21-28% under other jobs' load).
 QUIET = 0.08
+# Other processes' share of the CPU while a microbenchmark runs, below which it was timed alone (measured
+# here: 0.3-0.6% on a quiet machine, 50% beside one busy process on 2 cores).
+ALONE = 0.10
 CHUNK = ("--max-num-batched-tokens", "1024")
 
 
@@ -161,39 +194,77 @@ def test_microbenchmark_profile_host_terms_and_error_on_the_engine(tmp_path, vll
     """The microbenchmark path, same model and CPU: ``calibrate --model <SmolLM2 config.json> --device cpu
     --threads 2 --host-bench``. Its host terms (vLLM's scheduler timed beside the stack's forward) are
     checked against the host seconds the engine itself recorded in the K = 5 run (decode steps at one
-    row and at the full batch); the whole profile's error on that run is stated with its residuals."""
+    row and at the full batch); the whole profile's error on that run is stated with its residuals.
+    The stack runs the CPU engine's GEMMs (``cpu_gemm``). The issue's bars hold where the engine
+    repeated itself (``QUIET``) and nothing else ran beside the microbenchmark (``ALONE``)."""
     pytest.importorskip("vllm")
     from specplan.calibration import step_fit
+    from specplan.calibration.cpu_gemm import EngineGemm
     from specplan.cost_models.profile import read_profile
     from specplan.validation import vllm_env
 
     first = vllm_check("k5-chunked", *CHUNK)
     config = Path(vllm_env.model_folder(None)) / "config.json"
     out = tmp_path / "micro"
-    cal = subprocess.run([sys.executable, "-m", "specplan", "calibrate", "--model", str(config), "--device", "cpu",
-                          "--threads", "2", "--passes", "1", "--max-tokens", "1024", "--max-context", "1024",
-                          "--host-bench", "--no-draft-bench", "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    cal, others = _run_alone([sys.executable, "-m", "specplan", "calibrate", "--model", str(config), "--device", "cpu",
+                              "--threads", "2", "--passes", "1", "--max-tokens", "1024", "--max-context", "1024",
+                              "--host-bench", "--no-draft-bench", "--out", str(out)])
     assert cal.returncode == 0, cal.stderr[-2000:]
+    assert yaml.safe_load((out / "meta.yaml").read_text())["gemm"] == EngineGemm.name  # the engine's GEMMs ran
     profile = read_profile(out / "profile.yaml")
     rows = step_fit.read_step_log(first / "engine_steps.csv")
     steps = rows.groupby("step").agg(b=("request", "size"), pre=("is_prefill", "any"), host=("host_s", "first"),
                                      step_s=("step_s", "first"))
     decode = steps[~steps["pre"]]
     noise = _repeatability(first / "engine_steps.csv")
+    quiet = noise <= QUIET and others <= ALONE
+    print(f"engine repeatability {noise:.1%}; other processes' CPU share during the microbenchmark {others:.1%}")
     for b in (1, int(decode["b"].max())):
         engine = float(decode.loc[decode["b"] == b, "host"].median())
         step_s = float(decode.loc[decode["b"] == b, "step_s"].median())
         bench = profile.host.step_s + profile.host.per_seq_s * b
         print(f"host at B = {b}: engine {engine * 1e6:.0f} us, microbenchmark {bench * 1e6:.0f} us "
               f"(step {step_s * 1e3:.1f} ms)")
-        if noise <= QUIET:  # quiet machine, 2026-12-05: 311 vs 189 us at B = 1, 721 vs 552 us at B = 24
+        if quiet:  # quiet AMD EPYC, 2026-12-06: 285 vs 182 us at B = 1, 691 vs 638 us at B = 24
             assert 1 / HOST_FACTOR < bench / engine < HOST_FACTOR, (b, engine, bench)
             assert abs(bench - engine) < HOST_SHARE * step_s, (b, engine, bench, step_s)
     report = step_fit.run_report(profile, step_fit.vllm_step_terms(rows), rows)
     print(f"microbenchmark profile on the K = 5 run: {report}")
     assert {r["term"] for r in report["residuals"]} >= {"prefill", "draft-on"}
     errors = {k: report[k] for k in ("median_step_ape", "throughput_error", "tpot_error")}
-    if noise <= QUIET:  # quiet machine, 2026-12-05: median 5.8%, throughput +6.1%, TPOT -6.7%
+    if quiet:  # quiet AMD EPYC, 2026-12-06: median 8.4%, throughput -7.2%, TPOT +8.2% (53.7% with F.linear)
         _within(errors, MICRO_BAR, MICRO_BAR, noise)
     else:
         _within_factor_two(errors, noise)
+
+
+_GEMM_CHECK = """
+import json, torch, torch.nn.functional as F
+from specplan.calibration.cpu_gemm import EngineGemm
+torch.manual_seed(0)
+gemm, out = EngineGemm(), []
+for n, k in ((960, 576), (49152, 576), (8, 576)):  # SmolLM2's QKV and LM head; a router-sized weight
+    w = torch.randn(n, k) * 0.02
+    for shape in ((1, k), (24, k), (4, 6, k)):
+        x = torch.randn(shape)
+        got, want = gemm(x, w), F.linear(x, w)
+        out.append([list(got.shape) == list(want.shape), float((got - want).abs().max() / want.abs().max())])
+    gemm(x, w)
+print(json.dumps({"checks": out, "dispatched": len(gemm._layers)}))
+"""
+
+
+@pytest.mark.vllm
+def test_engine_gemm_is_f_linear_through_vllms_cpu_dispatch():
+    """``cpu_gemm.EngineGemm`` (the CPU engine's GEMM choice per weight) computes what ``F.linear``
+    does, to float32 rounding, for flat and batched inputs, and dispatches each weight once."""
+    pytest.importorskip("vllm")
+    from specplan.validation import vllm_env
+
+    env = {**os.environ, **vllm_env.cpu_environment(2)}
+    proc = subprocess.run([sys.executable, "-c", _GEMM_CHECK], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["dispatched"] == 3
+    for same_shape, rel in got["checks"]:
+        assert same_shape and rel < 1e-4, got

@@ -44,18 +44,18 @@ def mla_weights(mla: MLASpec, hidden: int, heads: int, kv_elems: int, device: st
 
 
 def mla_attention(lay: dict, mla: MLASpec, y: torch.Tensor, batch: int, query: int, context: int, rope,
-                  sdpa) -> torch.Tensor:
+                  sdpa, linear=F.linear) -> torch.Tensor:
     """Attention output ``[tokens, hidden]`` (before the residual) of normed ``y`` ``[batch * query, hidden]``
     over ``context`` cached tokens per row; writes the new latents. ``rope(x)`` rotates ``x``
-    ``[batch, query, heads, qk_rope_head_dim]``; ``sdpa(q, k, v, mask)`` is the stack's attention call."""
+    ``[batch, query, heads, qk_rope_head_dim]``; ``sdpa(q, k, v, mask)`` is the stack's attention call, ``linear`` its GEMM."""
     heads = lay["w_uk"].shape[0]
     nope, rope_dim, rank = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.kv_lora_rank
     if mla.q_lora_rank:
-        q = F.linear(F.rms_norm(F.linear(y, lay["q_a"]), (mla.q_lora_rank,), lay["q_norm"], EPS), lay["q_b"])
+        q = linear(F.rms_norm(linear(y, lay["q_a"]), (mla.q_lora_rank,), lay["q_norm"], EPS), lay["q_b"])
     else:
-        q = F.linear(y, lay["q"])
+        q = linear(y, lay["q"])
     q_nope, q_rope = q.view(batch * query, heads, nope + rope_dim).split([nope, rope_dim], -1)
-    c_kv, k_rope = F.linear(y, lay["kv_a"]).split([rank, rope_dim], -1)
+    c_kv, k_rope = linear(y, lay["kv_a"]).split([rank, rope_dim], -1)
     width, total = rank + rope_dim, context + query
     cache = lay["latent"][: batch * total * width].view(batch, 1, total, width)
     cache[:, 0, context:, :rank] = F.rms_norm(c_kv, (rank,), lay["kv_norm"], EPS).view(batch, query, rank)
@@ -65,4 +65,4 @@ def mla_attention(lay: dict, mla: MLASpec, y: torch.Tensor, batch: int, query: i
     mask = causal_lower_right(query, total) if query > 1 else None
     out = sdpa(qs.transpose(1, 2), cache, cache[..., :rank], mask)  # [batch, heads, query, rank]
     out = torch.bmm(out.permute(1, 0, 2, 3).reshape(heads, batch * query, rank), lay["w_uv"])  # W_UV absorbed
-    return F.linear(out.transpose(0, 1).reshape(batch * query, heads * mla.v_head_dim), lay["wo"])
+    return linear(out.transpose(0, 1).reshape(batch * query, heads * mla.v_head_dim), lay["wo"])

@@ -87,10 +87,11 @@ def moe_weights(moe: MoESpec, hidden: int, tp: int, device: str, dtype: torch.dt
     return lay
 
 
-def moe_mlp(lay: dict, y: torch.Tensor, top_k: int, routing: Routing | None) -> torch.Tensor:
+def moe_mlp(lay: dict, y: torch.Tensor, top_k: int, routing: Routing | None, linear=F.linear) -> torch.Tensor:
     """The MoE MLP of normed hidden states ``y`` ``[tokens, hidden]`` (module docstring). ``routing`` None
-    routes by the router's own top-k (eager only: the grouping is read on the host)."""
-    probs = F.linear(y, lay["router"]).softmax(-1, dtype=torch.float32)
+    routes by the router's own top-k (eager only: the grouping is read on the host). ``linear``: the
+    router's and shared experts' GEMM (the stack's)."""
+    probs = linear(y, lay["router"]).softmax(-1, dtype=torch.float32)
     weights, chosen = probs.topk(top_k, dim=-1)
     if routing is None:
         routing = routing_from_choices(chosen)
@@ -108,6 +109,6 @@ def moe_mlp(lay: dict, y: torch.Tensor, top_k: int, routing: Routing | None) -> 
     down *= weights.reshape(-1).index_select(0, routing.slots).to(down.dtype)[:, None]
     out = torch.zeros_like(y).index_add_(0, routing.rows, down)
     if "shared_gu" in lay:
-        gate, up = F.linear(y, lay["shared_gu"]).chunk(2, -1)
-        out += F.linear(F.silu(gate) * up, lay["shared_down"])
+        gate, up = linear(y, lay["shared_gu"]).chunk(2, -1)
+        out += linear(F.silu(gate) * up, lay["shared_down"])
     return out

@@ -158,7 +158,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     (tests and notebooks use it); ``budget_s`` then bounds only the SA kernel bench on CUDA.
     ``max_tokens`` / ``max_context``: extend the grid to the steps the scenario runs (``grid.cover``).
     ``host_bench_on``: also time vLLM's scheduler per step beside the stack's forward (``host_bench``;
-    needs vLLM): the profile's ``host`` terms.
+    needs vLLM): the profile's ``host`` terms. On the CPU with vLLM importable, the stack's GEMMs are
+    the CPU engine's own (``cpu_gemm``; meta.yaml's ``gemm`` says which ran).
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -166,7 +167,9 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     t0 = time.monotonic()
     console = console or Console(stderr=True)
     torch = _import_torch()
+    from specplan.calibration.cpu_gemm import gemm_for
     from specplan.calibration.stack import DecoderStack, with_layers
+    from specplan.validation.vllm_env import importable as vllm_importable
     from specplan.calibration.timing import time_cpu, time_cuda
 
     if device not in ("cuda", "cpu"):
@@ -203,7 +206,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                                                      seed=seed, deadline=deadline_for(DRAFT_SHARE))
 
     forward_share = MEASURE_SHARE - (SA_SHARE if device == "cuda" and sa_kernel_on else 0.0)
-    stack = DecoderStack(spec, tp, device, torch_dtype, max(p.kv_tokens for p in kept), seed)
+    gemm, gemm_name = gemm_for(device, vllm_importable())
+    stack = DecoderStack(spec, tp, device, torch_dtype, max(p.kv_tokens for p in kept), seed, gemm)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         console=console, transient=False)
     with progress, torch.inference_mode():
@@ -247,7 +251,7 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     write_profile(profile, out / "profile.yaml")
     meta = {**run, "command": " ".join(sys.argv), "driver": (run["gpu_state_before"] or {}).get("driver_version"),
             "python": platform.python_version(), "host_cpu": draft_bench.host_description(), "dtype": dtype_name,
-            "cuda_graphs": device == "cuda", "model": dataclasses.asdict(spec), "tp": tp, "seed": seed,
+            "cuda_graphs": device == "cuda", "gemm": gemm_name, "model": dataclasses.asdict(spec), "tp": tp, "seed": seed,
             "budget_s": budget_s if passes is None else None, "passes": passes, "elapsed_s": round(time.monotonic() - t0, 1), "repeats": repeats,
             "grid": grid.as_dict(), "ngram_host": draft_what,
             "heldout": {"fraction": heldout_fraction, "median_abs_error": err, "points": n_test},

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
+from specplan.calibration.cpu_gemm import Gemm
 from specplan.calibration.grid import Point
 from specplan.calibration.mla_block import latent_width, mla_attention, mla_weights
 from specplan.calibration.moe_block import Routing, forced_routing, moe_mlp, moe_weights, uniform_routing
@@ -66,8 +67,9 @@ class DecoderStack:
     """Random-weight decoder stack; ``step(point)`` returns a closure that runs one step on static inputs."""
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: torch.dtype, max_kv_tokens: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0, gemm: Gemm = F.linear) -> None:
         self.model, self.device, self.dtype = model, device, dtype
+        self.linear = gemm  # every projection's GEMM (``cpu_gemm``: the CPU engine's own where installed)
         shard = model.shard(tp)
         self.qh, self.kvh, self.hd = shard.q_heads, shard.kv_heads, model.head_dim
         if model.mla is not None:
@@ -163,7 +165,8 @@ class DecoderStack:
             cos, sin = self.rope_tables(ctx, q, mla.qk_rope_head_dim)
 
             def attention(i, y):
-                return mla_attention(self.layers[i], mla, y, b, q, ctx, lambda x: rotary(x, cos, sin), self.sdpa)
+                return mla_attention(self.layers[i], mla, y, b, q, ctx, lambda x: rotary(x, cos, sin), self.sdpa,
+                                     self.linear)
         else:
             attention = self._attention(b, q, ctx)
 
@@ -210,13 +213,13 @@ class DecoderStack:
         if "latent" in lay:
             x = x + attention(i, y)
         else:
-            qs, ks, vs = F.linear(y, lay["wqkv"]).split([self.qh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
-            x = x + F.linear(attention(i, qs, ks, vs), lay["wo"])
+            qs, ks, vs = self.linear(y, lay["wqkv"]).split([self.qh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
+            x = x + self.linear(attention(i, qs, ks, vs), lay["wo"])
         y = F.rms_norm(x, (self.h,), lay["n2"], EPS)
         if "router" in lay:
-            return x + moe_mlp(lay, y, self.model.moe.top_k, routing)
-        gate, up = F.linear(y, lay["wgu"]).chunk(2, -1)
-        return x + F.linear(F.silu(gate) * up, lay["wd"])
+            return x + moe_mlp(lay, y, self.model.moe.top_k, routing, self.linear)
+        gate, up = self.linear(y, lay["wgu"]).chunk(2, -1)
+        return x + self.linear(F.silu(gate) * up, lay["wd"])
 
     def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
         """SDPA of ``q`` ``[b, q_heads, n, d]`` over ``k``, ``v`` ``[b, kv_heads, m, d]`` (GQA native, or KV
@@ -229,7 +232,7 @@ class DecoderStack:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final norm, LM head and greedy argmax over hidden states ``x`` ``[n, hidden]``."""
-        return F.linear(F.rms_norm(x, (self.h,), self.final_norm, EPS), self.lm_head).argmax(-1)
+        return self.linear(F.rms_norm(x, (self.h,), self.final_norm, EPS), self.lm_head).argmax(-1)
 
 
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
