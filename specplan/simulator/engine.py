@@ -128,6 +128,11 @@ class Executor:
         self._stamps = self.rules.stamps_disable and settings.speculate  # py_disable_speculative_decoding
         self._slots = (SeqSlots(max(settings.max_batch_size, settings.max_num_active_requests))  # drafting order
                        if self.rules.name == TRT_DRAFTER and settings.speculate else None)
+        # Whether a completion matters to nothing but the request state (``_on_finish`` only releases
+        # the slot): then a span releases finished slots itself and runs on.
+        self._quiet_finish = (self.legacy_gate is None and self._slots is None and prefix_cache is None
+                              and type(oracle).on_finish is AcceptanceOracle.on_finish
+                              and not self.frontend.hears_finish)
         self._max_time = np.inf if max_sim_time is None else max_sim_time
         check_fits(settings, workload.prompt_lens, workload.output_lens, self.kv, self.k_static)
 
@@ -327,7 +332,8 @@ class Executor:
                 if status == span.FULL:
                     continue
                 if status == span.COMMITTED:  # (the span did the gate's and the drafter's part)
-                    if self._completed(it, int(self._stats[step.FINISHED])):
+                    finished = 0 if self._quiet_finish else int(self._stats[step.FINISHED])  # (released there)
+                    if self._completed(it, finished):
                         return
                     continue
                 start = self.env.now

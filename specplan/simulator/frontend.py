@@ -98,6 +98,12 @@ class Frontend:
                     nxt = self._successors.get(nxt[0], [])
             self.env.process(self._client(queue))
 
+    @property
+    def hears_finish(self) -> bool:
+        """Whether a completion does anything here: a closed-loop client waits on it, or an open-loop
+        session sends its next turn after it."""
+        return self.w.arrivals is None or bool(self._successors)
+
     def on_finish(self, rids) -> None:
         """Completed requests: wake their clients, or send the session's next turn (open loop)."""
         for rid in rids:

@@ -10,8 +10,11 @@ rules, the drafts, the gate and vLLM's proposals in the executor's order). It re
 
 - the next iteration would end at or after the next queued event (``PENDING``: it comes back
   scheduled and priced, and the executor yields its timeout as usual);
-- a step completed a request (the prefix cache caches its blocks) or reached ``max_sim_time``
-  (``COMMITTED``: the executor does the Python side of that step);
+- a step completed a request that something hears finish (the prefix cache caches its blocks, a
+  closed-loop client sends its next request; ``Executor._quiet_finish`` says none does), or reached
+  ``max_sim_time`` (``COMMITTED``: the executor does the Python side of that step). A completion
+  nothing hears releases its slot here, as ``RequestState.release`` does; the span returns once
+  ``RECYCLE_AT`` slots wait to be recycled, or no request is left active;
 - a resumed pending step was committed and requests that arrived during it have room
   (``COMMITTED`` as well: they are admitted in Python);
 - the SpeculationGate tripped (``COMMITTED``: the executor records it);
@@ -46,7 +49,8 @@ from specplan.simulator.draft_span import after_commit, before_schedule, draft_s
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
-from specplan.simulator.state import N_ACTIVE
+from specplan.simulator import state
+from specplan.simulator.state import N_ACTIVE, RELEASED
 from specplan.simulator.step import EMITTED, FINISHED, KV_GROWN, commit_step, price_step
 
 PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
@@ -62,7 +66,7 @@ SPAN_FIELDS = (
     "slowdown", "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
     "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
     "max_active", "out", "out_time", "rid", "pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits", "pc_done",
-    "equal_progress", "drafter",
+    "equal_progress", "released", "quiet_finish", "recycle_at", "drafter",
 )
 
 
@@ -132,6 +136,7 @@ def state_of(ex) -> SpanState:
         "stats": ex._stats, "max_sim_time": float(ex._max_time),
         "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
+        "released": st.released, "quiet_finish": bool(ex._quiet_finish), "recycle_at": int(state.RECYCLE_AT),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
     drafter = ex._drafter.values(ex) if ex._drafter else draft_state.inert_values()
@@ -200,6 +205,7 @@ def result(ex) -> tuple[int, int, int, float]:
     if status == NOTHING_FITS:
         raise ConfigError(NOTHING_FITS_MESSAGE)
     ex.kv.check(status != KV_BROKEN)
+    ex.st.recycle_due()  # the slots the span released
     advance_clock(ex.env, float(clock[0]))
     if ex._drafter:
         ex._drafter.after_span(ex, it)
@@ -238,6 +244,7 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     k_static, budget_rule, verify_width, policy, stamp = a.k_static, a.budget_rule, a.verify_width, a.policy, a.stamp
     max_num_tokens, max_batch_size, chunked, num_blocks, block_size = (a.max_num_tokens, a.max_batch_size, a.chunked,
                                                                        a.num_blocks, a.block_size)
+    quiet_finish = a.quiet_finish
     d = a.drafter
     drafts, samples, ints = d.on, d.samples, d.ints
     k, spec, charge = 0, False, a.k_charge
@@ -259,8 +266,11 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             if not ok:
                 status = KV_BROKEN
                 break
+            if quiet_finish:
+                _release(finished, stats[FINISHED], a.released, counters)
             refused = drafts and after_commit(d, a, n) != 0  # the gate and vLLM's proposals, in Python's order
-            if (refused or ints[TRIPPED] or _stops(stats, t, a.max_sim_time)
+            if (refused or ints[TRIPPED] or _stops(stats, t, a.max_sim_time, quiet_finish)
+                    or counters[RELEASED] >= a.recycle_at or not counters[N_ACTIVE]
                     or (num_queued and counters[N_ACTIVE] < a.max_active)):
                 status = COMMITTED
                 break
@@ -304,6 +314,16 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
 
 
 @njit(cache=True)
-def _stops(stats, t, max_sim_time):
-    # A committed step after which Python has work: a completion or the end of simulated time.
-    return stats[FINISHED] > 0 or t >= max_sim_time
+def _stops(stats, t, max_sim_time, quiet_finish):
+    # A committed step after which Python has work: a completion something hears, or the end of
+    # simulated time.
+    return (stats[FINISHED] > 0 and not quiet_finish) or t >= max_sim_time
+
+
+@njit(cache=True)
+def _release(finished, num_finished, released, counters):
+    # ``RequestState.release`` of a step's finished slots, in the step's order (recycled in Python).
+    k = counters[RELEASED]
+    for j in range(num_finished):
+        released[k + j] = finished[j]
+    counters[RELEASED] = k + num_finished

@@ -7,8 +7,9 @@ from typing import Optional
 
 import numpy as np
 
-# Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place).
-N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE = range(5)
+# Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place);
+# RELEASED: finished requests' slots waiting in ``RequestState.released`` to be recycled.
+N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE, RELEASED = range(6)
 
 # Each field's dtype and value before the request runs.
 _FIELDS = {
@@ -63,10 +64,12 @@ class RequestState:
         self.capacity = max(capacity, 1)
         for name, (dtype, fill) in _FIELDS.items():
             setattr(self, name, np.full(self.capacity, fill, dtype=dtype))
-        self.counters = np.zeros(5, dtype=np.int64)
+        self.counters = np.zeros(6, dtype=np.int64)
         self.results = results
         self.free: list[int] = []  # recycled slots, given again by ``add``
-        self._released: list[int] = []  # finished requests' slots, recycled at RECYCLE_AT
+        # Finished requests' slots, in finishing order, in released[:counters[RELEASED]] until recycled at
+        # RECYCLE_AT: an array, so a span can release the slots of requests nothing else hears finish.
+        self.released = np.zeros(self.capacity, dtype=np.int64)
 
     @property
     def num_active(self) -> int:
@@ -76,7 +79,7 @@ class RequestState:
         """Requests ``rids`` in slots (recycled ones first, then the next ones, doubling the room as
         needed), their lengths taken from the workload's ``prompt_lens`` and ``output_lens``;
         returns their slots."""
-        if len(rids) > len(self.free) + self.capacity - self.n and self._released:
+        if len(rids) > len(self.free) + self.capacity - self.n and self.counters[RELEASED]:
             self._recycle()  # rather than grow
         slots = [self.free.pop() for _ in range(min(len(rids), len(self.free)))]
         first, end = self.n, self.n + len(rids) - len(slots)
@@ -87,6 +90,7 @@ class RequestState:
                 grown = np.full(self.capacity, fill, dtype=dtype)
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
+            self.released = np.zeros(self.capacity, dtype=np.int64)  # empty: recycled above, or none yet
         self.n = end
         slots.extend(range(first, end))
         if len(slots) <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
@@ -102,18 +106,24 @@ class RequestState:
     def release(self, slots: np.ndarray) -> None:
         """Finished requests' slots, to be recycled (once ``RECYCLE_AT`` have finished, or when
         ``add`` needs them): their figures go to ``results``, their fields back to a new request's."""
-        self._released.extend(slots.tolist())
-        if len(self._released) >= RECYCLE_AT:
+        k = int(self.counters[RELEASED])
+        self.released[k:k + len(slots)] = slots
+        self.counters[RELEASED] = k + len(slots)
+        self.recycle_due()
+
+    def recycle_due(self) -> None:
+        """Recycle the released slots once ``RECYCLE_AT`` are waiting."""
+        if self.counters[RELEASED] >= RECYCLE_AT:
             self._recycle()
 
     def _recycle(self) -> None:
-        at = np.array(self._released, dtype=np.int64)
+        at = self.released[:self.counters[RELEASED]].copy()
         self.scatter(at)
         for name, fill in _RESETS:
             getattr(self, name)[at] = fill
         self.rid[at] = -1
-        self.free.extend(self._released)
-        self._released.clear()
+        self.free.extend(at.tolist())
+        self.counters[RELEASED] = 0
 
     def scatter(self, slots: Optional[np.ndarray] = None) -> None:
         """Write the first-token times, finish times and generated counts of the requests in
