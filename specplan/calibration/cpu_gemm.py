@@ -43,10 +43,11 @@ class EngineGemm:
         return layer.cpu_linear(flat, layer.weight, None).view(*x.shape[:-1], weight.shape[0])
 
 
-def gemm_for(device: str, engine_importable: bool) -> tuple[Gemm, str]:
-    """The GEMM a calibration on ``device`` times, and its name for meta.yaml: on the CPU with vLLM
-    importable, the engine's (``EngineGemm``); otherwise ``F.linear``."""
-    if device == "cpu" and engine_importable:
+def gemm_for(device: str, engine: bool) -> tuple[Gemm, str]:
+    """The GEMM a calibration on ``device`` times, and its name for meta.yaml: on the CPU with
+    ``engine`` (vLLM installed, the process in its environment), the engine's (``EngineGemm``);
+    otherwise ``F.linear``."""
+    if device == "cpu" and engine:
         gemm = EngineGemm()
         return gemm, gemm.name
     return F.linear, "torch F.linear"

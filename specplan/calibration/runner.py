@@ -150,7 +150,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                     layers: Optional[int] = None, name: Optional[str] = None, seed: int = 0, repeats: int = 3,
                     heldout_fraction: float = 0.25, threads: Optional[int] = None, draft_bench_on: bool = True,
                     sa_kernel_on: bool = True, passes: Optional[int] = None, max_tokens: Optional[int] = None,
-                    max_context: Optional[int] = None, host_bench_on: bool = False, console=None) -> CalibrationResult:
+                    max_context: Optional[int] = None, host_bench_on: bool = False, engine_gemm: bool = False,
+                    console=None) -> CalibrationResult:
     """Run the whole calibration (see the module docstring) and return what it wrote.
 
     ``passes``: measure every point (and every NGram host cell) exactly that many times, with no
@@ -158,8 +159,8 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     (tests and notebooks use it); ``budget_s`` then bounds only the SA kernel bench on CUDA.
     ``max_tokens`` / ``max_context``: extend the grid to the steps the scenario runs (``grid.cover``).
     ``host_bench_on``: also time vLLM's scheduler per step beside the stack's forward (``host_bench``;
-    needs vLLM): the profile's ``host`` terms. On the CPU with vLLM importable, the stack's GEMMs are
-    the CPU engine's own (``cpu_gemm``; meta.yaml's ``gemm`` says which ran).
+    needs vLLM): the profile's ``host`` terms. ``engine_gemm`` (the CLI's choice on the CPU where vLLM is
+    installed): the stack's GEMMs are the CPU engine's own (``cpu_gemm``; meta.yaml's ``gemm`` says which ran).
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -169,7 +170,6 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
     torch = _import_torch()
     from specplan.calibration.cpu_gemm import gemm_for
     from specplan.calibration.stack import DecoderStack, with_layers
-    from specplan.validation.vllm_env import importable as vllm_importable
     from specplan.calibration.timing import time_cpu, time_cuda
 
     if device not in ("cuda", "cpu"):
@@ -206,7 +206,7 @@ def run_calibration(model: str, out: str | Path, *, tp: int = 1, device: str = "
                                                      seed=seed, deadline=deadline_for(DRAFT_SHARE))
 
     forward_share = MEASURE_SHARE - (SA_SHARE if device == "cuda" and sa_kernel_on else 0.0)
-    gemm, gemm_name = gemm_for(device, vllm_importable())
+    gemm, gemm_name = gemm_for(device, engine_gemm)
     stack = DecoderStack(spec, tp, device, torch_dtype, max(p.kv_tokens for p in kept), seed, gemm)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         console=console, transient=False)

@@ -66,11 +66,13 @@ def calibrate(
 
     # vLLM's scheduler is timed in the engine's environment (the host time depends on it); so is a CPU
     # stack wherever vLLM is installed, as it runs the CPU engine's GEMMs (``cpu_gemm``)
-    if host_bench or (str(device) == "cpu" and vllm_env.importable()):
+    engine_gemm = str(device) == "cpu" and vllm_env.importable()
+    if host_bench or engine_gemm:
         vllm_env.enter_engine_process("--host-bench", str(device), threads)
     run_calibration(model, out, tp=tp, device=str(device), budget_s=budget_s, layers=layers, name=name, seed=seed,
                     repeats=repeats, heldout_fraction=heldout, threads=threads, draft_bench_on=draft_bench, sa_kernel_on=sa_kernel,
-                    passes=passes, max_tokens=max_tokens, max_context=max_context, host_bench_on=host_bench)
+                    passes=passes, max_tokens=max_tokens, max_context=max_context, host_bench_on=host_bench,
+                    engine_gemm=engine_gemm)
 
 
 def register(app: typer.Typer) -> None:

@@ -45,6 +45,7 @@ from specplan.simulator.emissions import EmissionLog, IterationLog, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
+from specplan.simulator.open_loop import OpenLoop, owns_arrivals
 from specplan.simulator.paths import PATHS, TRT_DRAFTER
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, POLICIES, ScheduleDecision, check_fits, schedule_step
@@ -100,6 +101,7 @@ class Executor:
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # ids of requests arrived, not yet active (FIFO)
+        self._open_loop = None  # an open_loop.OpenLoop when the spans submit the arrivals (``_owns_arrivals``)
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
@@ -128,11 +130,7 @@ class Executor:
         self._stamps = self.rules.stamps_disable and settings.speculate  # py_disable_speculative_decoding
         self._slots = (SeqSlots(max(settings.max_batch_size, settings.max_num_active_requests))  # drafting order
                        if self.rules.name == TRT_DRAFTER and settings.speculate else None)
-        # Whether a completion matters to nothing but the request state (``_on_finish`` only releases
-        # the slot): then a span releases finished slots itself and runs on.
-        self._quiet_finish = (self.legacy_gate is None and self._slots is None and prefix_cache is None
-                              and type(oracle).on_finish is AcceptanceOracle.on_finish
-                              and not self.frontend.hears_finish)
+        self._quiet_finish = span.quiet_finish(self)  # (a span then releases finished slots itself)
         self._max_time = np.inf if max_sim_time is None else max_sim_time
         check_fits(settings, workload.prompt_lens, workload.output_lens, self.kv, self.k_static)
 
@@ -316,10 +314,11 @@ class Executor:
                 if not st.counters[N_ACTIVE]:
                     if st.counters[DONE] == self.n:
                         return
-                    self._wakeup = self.env.event()
-                    yield self._wakeup
-                    self._wakeup = None
-                    continue
+                    if self._open_loop is None:  # (the spans wait for their arrivals themselves)
+                        self._wakeup = self.env.event()
+                        yield self._wakeup
+                        self._wakeup = None
+                        continue
             if not spanning:  # once a replica spans, it always does (``_spans``; a drafter's is decided once)
                 k, spec = self._setup_drafter()
                 spanning = (not spec or self._drafter is None) and self._spans()
@@ -329,7 +328,7 @@ class Executor:
                 if status == span.PENDING and self.stepper is not None:  # the fleet's loop commits it, spans on
                     status, it, n, step_s = yield self.stepper.hold(self, it, n, step_s)
                 self._last_scheduled = n
-                if status == span.FULL:
+                if status in (span.FULL, span.ADMIT):
                     continue
                 if status == span.COMMITTED:  # (the span did the gate's and the drafter's part)
                     finished = 0 if self._quiet_finish else int(self._stats[step.FINISHED])  # (released there)
@@ -389,7 +388,10 @@ class Executor:
 
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""
-        self.frontend.start()
+        if owns_arrivals(self):
+            self._open_loop = self.waiting = OpenLoop(self.frontend)
+        else:
+            self.frontend.start()
         self.start()
         with memory.collector_spared():
             self.env.run()

@@ -49,12 +49,15 @@ class Frontend:
         p = self.w.predecessor
         return range(len(self.w.prompt_lens)) if p is None else np.flatnonzero(p < 0)
 
-    def _open_loop(self):
+    def open_loop_order(self):
+        """The first turns in the order they are sent: by arrival time, ties in id order."""
         roots = self._roots()
         times = self.w.arrivals if self.w.predecessor is None else self.w.arrivals[roots]  # all roots: no copy
         # Roots already in arrival order (a Poisson process's cumulative times) are sent as they are.
-        order = roots if not (times[1:] < times[:-1]).any() else np.asarray(roots)[np.argsort(times, kind="stable")]
-        for rid in map(int, order):  # not a list of every request
+        return roots if not (times[1:] < times[:-1]).any() else np.asarray(roots)[np.argsort(times, kind="stable")]
+
+    def _open_loop(self):
+        for rid in map(int, self.open_loop_order()):  # not a list of every request
             delay = self.w.arrivals[rid] - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)

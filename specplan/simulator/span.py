@@ -20,6 +20,12 @@ rules, the drafts, the gate and vLLM's proposals in the executor's order). It re
 - the SpeculationGate tripped (``COMMITTED``: the executor records it);
 - the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
 
+Where the spans submit the arrivals themselves (``open_loop``: one replica, no drafts, completions
+heard by nothing but the request state), no step is pending: at the next arrival's time the span
+submits the arrivals SimPy would have run by the step's end, commits it, and admits them at the
+executor's loop top, which it runs itself after each commit (waiting for the next arrival when nothing is
+active). It returns ``ADMIT`` where ``RequestState.add`` must recycle or grow the state first.
+
 A pending step's timeout ends in the executor, which hands it back to the next span to commit
 first (its commit needs no Python unless one of the stops above follows it). In a fleet, whose
 replicas' steps interleave, the pending step is held by the fleet's loop instead
@@ -34,6 +40,7 @@ from __future__ import annotations
 import operator
 from typing import Optional
 
+import numpy as np
 from numba import njit
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_borrowed
@@ -41,19 +48,21 @@ from numba.experimental import structref
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.roofline import roofline_step_time
 from specplan.errors import ConfigError
 from specplan.simulator import draft_state
 from specplan.simulator.control import V1_BUDGET, placeholder_charge
 from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
+from specplan.simulator.open_loop import MUST_ADMIT, RUNNING, loop_top, next_event, num_waiting, submit_during
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
 from specplan.simulator import state
 from specplan.simulator.state import N_ACTIVE, RELEASED
 from specplan.simulator.step import EMITTED, FINISHED, KV_GROWN, commit_step, price_step
 
-PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN = range(5)
+PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN, ADMIT = range(6)
 
 #: What a replica's spans read and write that stays the same object from call to call: the request
 #: state, the step buffers, the logs and the settings. One ``SpanState`` passes them all: a call
@@ -66,8 +75,12 @@ SPAN_FIELDS = (
     "slowdown", "rows", "q_sched", "q", "ctx", "width", "resident", "terms", "no_drafting", "none", "accepted_hist",
     "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
     "max_active", "out", "out_time", "rid", "pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits", "pc_done",
-    "equal_progress", "released", "quiet_finish", "recycle_at", "drafter",
+    "equal_progress", "released", "quiet_finish", "recycle_at", "free", "owns_arrivals", "arrival_order",
+    "arrival_times", "arrival_new", "arrival_ints", "prompt_lens", "output_lens", "drafter",
 )
+
+# ``state_of``'s arrival fields where the frontend submits the arrivals (no ``open_loop.OpenLoop``).
+_NO_ARRIVALS = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.bool_), np.zeros(4, dtype=np.int64))
 
 
 @structref.register
@@ -137,6 +150,10 @@ def state_of(ex) -> SpanState:
         "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
         "released": st.released, "quiet_finish": bool(ex._quiet_finish), "recycle_at": int(state.RECYCLE_AT),
+        "free": st.free, "owns_arrivals": ex._open_loop is not None,
+        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), _NO_ARRIVALS if ex._open_loop is None
+                   else (ex._open_loop.order, ex._open_loop.times, ex._open_loop.new_event, ex._open_loop.ints))),
+        "prompt_lens": np.asarray(ex.w.prompt_lens, dtype=np.int64), "output_lens": np.asarray(ex.w.output_lens, dtype=np.int64),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
     drafter = ex._drafter.values(ex) if ex._drafter else draft_state.inert_values()
@@ -166,6 +183,14 @@ def spans(ex) -> bool:
     if ex._drafter is None:
         ex._drafter = draft_state.drafter_for(ex) or False
     return bool(ex._drafter)
+
+
+def quiet_finish(ex) -> bool:
+    """Whether a completion matters to nothing but an executor's request state (``Executor._on_finish``
+    only releases the slot): no legacy gate, SeqSlots, prefix cache or oracle hears it, nor the
+    frontend (an open loop without sessions). Its spans then release finished slots themselves."""
+    return (ex.legacy_gate is None and ex._slots is None and ex.prefix_cache is None
+            and type(ex.oracle).on_finish is AcceptanceOracle.on_finish and not ex.frontend.hears_finish)
 
 
 def run(ex, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
@@ -244,7 +269,8 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
     k_static, budget_rule, verify_width, policy, stamp = a.k_static, a.budget_rule, a.verify_width, a.policy, a.stamp
     max_num_tokens, max_batch_size, chunked, num_blocks, block_size = (a.max_num_tokens, a.max_batch_size, a.chunked,
                                                                        a.num_blocks, a.block_size)
-    quiet_finish = a.quiet_finish
+    quiet_finish, owns = a.quiet_finish, a.owns_arrivals
+    arrived = a.arrival_ints
     d = a.drafter
     drafts, samples, ints = d.on, d.samples, d.ints
     k, spec, charge = 0, False, a.k_charge
@@ -270,10 +296,16 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
                 _release(finished, stats[FINISHED], a.released, counters)
             refused = drafts and after_commit(d, a, n) != 0  # the gate and vLLM's proposals, in Python's order
             if (refused or ints[TRIPPED] or _stops(stats, t, a.max_sim_time, quiet_finish)
-                    or counters[RELEASED] >= a.recycle_at or not counters[N_ACTIVE]
-                    or (num_queued and counters[N_ACTIVE] < a.max_active)):
+                    or counters[RELEASED] >= a.recycle_at
+                    or (not owns and (not counters[N_ACTIVE] or (num_queued and counters[N_ACTIVE] < a.max_active)))):
                 status = COMMITTED
                 break
+        if owns:  # the executor's loop top: admit; with nothing active, wait for arrivals
+            top, t = loop_top(a, t)
+            if top != RUNNING:
+                status = ADMIT if top == MUST_ADMIT else COMMITTED
+                break
+            num_queued, horizon = num_waiting(arrived), next_event(a.arrival_times, arrived)
         if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request) or ints[SAMPLES] == len(samples):
             status = FULL
             break
@@ -303,9 +335,11 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             step += draft_seconds(d, a, n, k, num_drafting)
         it += 1
         if not t + step < horizon:
-            status = PENDING
-            a.out_time[1] = step
-            break
+            if not owns:
+                status = PENDING
+                a.out_time[1] = step
+                break
+            num_queued = submit_during(a, t + step)  # the step's timeout is made now: no step pending
         start = t
         t = t + step
     out = a.out

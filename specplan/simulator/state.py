@@ -8,8 +8,9 @@ from typing import Optional
 import numpy as np
 
 # Slots of ``RequestState.counters`` (an int64 array, so the compiled step can update them in place);
-# RELEASED: finished requests' slots waiting in ``RequestState.released`` to be recycled.
-N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE, RELEASED = range(6)
+# RELEASED: finished requests' slots waiting in ``RequestState.released`` to be recycled; SLOTS: slots
+# given out so far (``RequestState.n``); FREE: recycled slots waiting in ``RequestState.free``.
+N_ACTIVE, KV_USED, RESERVED_TOTAL, PREEMPTIONS, DONE, RELEASED, SLOTS, FREE = range(8)
 
 # Each field's dtype and value before the request runs.
 _FIELDS = {
@@ -57,19 +58,23 @@ class RequestState:
     million requests in a few hundred slots). ``results`` (first-token times, finish times and
     generated counts by request id) is where a recycled slot's request leaves its figures. Counters
     hold the active count, KV blocks in use, reserved.sum() (no sum over every request per step),
-    preemptions and completions."""
+    preemptions and completions, and the room's bookkeeping. The recycled and released slots are
+    arrays, so a span can give and take slots as ``add`` and ``release`` do."""
 
     def __init__(self, capacity: int = 1, results: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
-        self.n = 0
         self.capacity = max(capacity, 1)
         for name, (dtype, fill) in _FIELDS.items():
             setattr(self, name, np.full(self.capacity, fill, dtype=dtype))
-        self.counters = np.zeros(6, dtype=np.int64)
+        self.counters = np.zeros(8, dtype=np.int64)
         self.results = results
-        self.free: list[int] = []  # recycled slots, given again by ``add``
-        # Finished requests' slots, in finishing order, in released[:counters[RELEASED]] until recycled at
-        # RECYCLE_AT: an array, so a span can release the slots of requests nothing else hears finish.
+        self.free = np.zeros(self.capacity, dtype=np.int64)  # recycled slots in free[:counters[FREE]], given again by ``add``
+        # finished requests' slots, in finishing order, in released[:counters[RELEASED]] until recycled
         self.released = np.zeros(self.capacity, dtype=np.int64)
+
+    @property
+    def n(self) -> int:
+        """Slots given out so far (the next new slot's index)."""
+        return int(self.counters[SLOTS])
 
     @property
     def num_active(self) -> int:
@@ -79,19 +84,24 @@ class RequestState:
         """Requests ``rids`` in slots (recycled ones first, then the next ones, doubling the room as
         needed), their lengths taken from the workload's ``prompt_lens`` and ``output_lens``;
         returns their slots."""
-        if len(rids) > len(self.free) + self.capacity - self.n and self.counters[RELEASED]:
+        c = self.counters
+        if len(rids) > c[FREE] + self.capacity - c[SLOTS] and c[RELEASED]:
             self._recycle()  # rather than grow
-        slots = [self.free.pop() for _ in range(min(len(rids), len(self.free)))]
-        first, end = self.n, self.n + len(rids) - len(slots)
-        if end > self.capacity:
+        free = int(c[FREE])
+        take = min(len(rids), free)
+        slots = self.free[free - take:free][::-1].tolist()  # popped from the end
+        c[FREE] = free - take
+        first = int(c[SLOTS])
+        end = first + len(rids) - take
+        if end > self.capacity:  # (every free slot was taken, every released one recycled)
             while self.capacity < end:
                 self.capacity *= 2
             for name, (dtype, fill) in _FIELDS.items():
                 grown = np.full(self.capacity, fill, dtype=dtype)
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
-            self.released = np.zeros(self.capacity, dtype=np.int64)  # empty: recycled above, or none yet
-        self.n = end
+            self.free, self.released = np.zeros(self.capacity, dtype=np.int64), np.zeros(self.capacity, dtype=np.int64)
+        c[SLOTS] = end
         slots.extend(range(first, end))
         if len(slots) <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
             for slot, r in zip(slots, rids):
@@ -122,7 +132,9 @@ class RequestState:
         for name, fill in _RESETS:
             getattr(self, name)[at] = fill
         self.rid[at] = -1
-        self.free.extend(at.tolist())
+        free = int(self.counters[FREE])
+        self.free[free:free + len(at)] = at
+        self.counters[FREE] = free + len(at)
         self.counters[RELEASED] = 0
 
     def scatter(self, slots: Optional[np.ndarray] = None) -> None:
