@@ -123,3 +123,39 @@ def test_spans_submitting_arrivals_match_simpy_at_every_tie(monkeypatch, seed):
                 for a, b in zip(got[:3], want[:3]):
                     pd.testing.assert_frame_equal(a, b, check_exact=True)
                 np.testing.assert_array_equal(got[3], want[3])
+
+
+def test_admit_gives_the_slots_add_gives():
+    """The span's admission (``open_loop.admit``) against ``RequestState.add`` then ``admit``: batches of
+    one to six requests, finished ones released (and recycled every 4) between them; where ``admit``
+    declines (``add`` recycles or grows first), Python admits, as the span's return has it do. Both
+    states hold the same requests in the same slots, in the same active order, all along."""
+    from specplan.simulator import state
+    from specplan.simulator.open_loop import ADMITTED, admit
+    from specplan.simulator.state import N_ACTIVE, RequestState, empty_results
+
+    rng = np.random.default_rng(7)
+    plen, olen = rng.integers(1, 900, 300), rng.integers(1, 300, 300)
+    order = rng.permutation(300).astype(np.int64)
+    py, co = RequestState(4, empty_results(300)), RequestState(4, empty_results(300))
+    ints, declined = np.zeros(4, dtype=np.int64), 0
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(state, "RECYCLE_AT", 4)
+        while ints[ADMITTED] < 280:
+            count, first = int(rng.integers(1, 7)), int(ints[ADMITTED])
+            py.admit(py.add(order[first:first + count].tolist(), plen, olen))
+            if not admit(order, ints, count, plen, olen, co.rid, co.plen, co.olen, co.ctx_target, co.act, co.free,
+                         co.counters):
+                declined += 1
+                co.admit(co.add(order[first:first + count].tolist(), plen, olen))
+                ints[ADMITTED] += count
+            for s in (py, co):  # the same requests finish in both: leave the active set, released
+                active = s.act[:s.counters[N_ACTIVE]]
+                done = active[rng.random(len(active)) < 0.4] if s is py else done
+                keep = active[~np.isin(active, done)]
+                s.act[:len(keep)], s.counters[N_ACTIVE] = keep, len(keep)
+                s.release(done)
+            for name in ("rid", "plen", "olen", "ctx_target", "free", "released", "counters"):
+                np.testing.assert_array_equal(getattr(co, name), getattr(py, name), err_msg=name)
+            np.testing.assert_array_equal(co.act[:co.counters[N_ACTIVE]], py.act[:py.counters[N_ACTIVE]])
+    assert 0 < declined < 60  # both paths ran
