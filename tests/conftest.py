@@ -78,10 +78,12 @@ def count_calls(monkeypatch):
 @pytest.fixture(scope="session")
 def vllm_check(tmp_path_factory):
     """``specplan validate --engine vllm`` runs of the CPU tier by name (the 24 check prompts, 96 new
-    tokens, plus the given options), each run once per session and shared by the tests that read it."""
-    import subprocess
+    tokens, plus the given options), each run once per session and shared by the tests that read it;
+    ``vllm_check.others[name]``: other processes' share of the CPU during that run."""
     import sys
     from pathlib import Path
+
+    from machine_load import run_alone
 
     runs = {}
 
@@ -90,10 +92,11 @@ def vllm_check(tmp_path_factory):
             out = tmp_path_factory.mktemp("vllm") / name
             cmd = [sys.executable, "-m", "specplan", "validate", "--engine", "vllm", "--num-prompts", "24",
                    "--max-tokens", "96", "--out", str(out), *args]
-            proc = subprocess.run(cmd, cwd=Path(__file__).parents[1], capture_output=True, text=True,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc, run.others[name] = run_alone(cmd, cwd=Path(__file__).parents[1],
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
             assert proc.returncode == 0, proc.stderr[-3000:]
             runs[name] = out
         return runs[name]
 
+    run.others = {}  # by run: the share of the CPU other processes took while it ran (``machine_load``)
     return run
