@@ -14,6 +14,7 @@ from specplan.config import build_config
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import Workload
 from specplan.simulator.open_loop import OpenLoop
+from specplan.simulator.run import simulate
 
 DATA = {"seed": 1, "engine": {"max_batch_size": 4, "max_num_tokens": 2048, "max_num_active_requests": 5,
                               "enable_prefix_caching": False},
@@ -160,3 +161,42 @@ def test_admit_gives_the_slots_add_gives():
                 np.testing.assert_array_equal(getattr(co, name), getattr(py, name), err_msg=name)
             np.testing.assert_array_equal(co.act[:co.counters[N_ACTIVE]], py.act[:py.counters[N_ACTIVE]])
     assert 0 < declined < 60  # both paths ran
+
+
+def test_completions_nothing_hears_are_released_in_the_span(monkeypatch, count_calls):
+    """Open-loop requests without sessions, and no prefix cache, legacy gate or drafter that hears a
+    completion: only the request state does, so the span releases the finished slots itself and runs on
+    (``Executor._quiet_finish``), returning to Python to recycle them (here every 1, 3 and
+    ``RECYCLE_AT`` completions). That must give the run every step through SimPy gives, on one replica
+    (queued arrivals admitted as completions free room) and on a fleet."""
+    from specplan.simulator import state as request_state
+    from specplan.simulator.engine import Executor
+
+    # DATA's, busier: arrivals faster than the room (queued ones admitted as completions free it), and
+    # requests admitted together finishing together
+    data = {**DATA, "seed": 3, "engine": {**DATA["engine"], "max_batch_size": 8, "max_num_active_requests": 6},
+            "workload": {**DATA["workload"], "num_requests": 80, "rate": 400.0, "prompt_len": 300, "output_len": 40}}
+    built = []  # each run's executors: whether completions were quiet, and the slots the run took
+    init = Executor.__init__
+    monkeypatch.setattr(Executor, "__init__", lambda self, *a, **kw: (init(self, *a, **kw), built.append(self))[0])
+    finishes = count_calls(Executor, "_on_finish")
+    for over in ({}, {"engine": {"engine": "vllm"}}, {"cluster": {"replicas": 2, "router": "least_outstanding"}}):
+        cfg = build_config({**data, **{k: {**data.get(k, {}), **v} for k, v in over.items()}})
+        for recycle_at in (1, 3, request_state.RECYCLE_AT):
+            runs = {}
+            for spans in (False, True):
+                finishes.clear()
+                built.clear()
+                with monkeypatch.context() as m:
+                    m.setattr(request_state, "RECYCLE_AT", recycle_at)
+                    if not spans:
+                        m.setattr(Executor, "_spans", lambda self: False)
+                    runs[spans] = simulate(cfg), [ex.st.n for ex in built]
+                assert all(ex._quiet_finish for ex in built)
+                assert bool(finishes) != spans  # one step at a time each completion goes through Python, else none
+            (fast, fast_slots), (slow, slow_slots) = runs[True], runs[False]
+            assert fast.summary["completed_requests"] == 80
+            assert fast_slots == slow_slots  # the same slots recycled for the same requests
+            for a, b in zip((fast.requests, fast.iterations, fast.emissions), (slow.requests, slow.iterations, slow.emissions)):
+                pd.testing.assert_frame_equal(a, b, check_exact=True)
+            assert fast.summary == slow.summary

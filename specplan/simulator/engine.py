@@ -101,7 +101,7 @@ class Executor:
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # ids of requests arrived, not yet active (FIFO)
-        self._open_loop = None  # an open_loop.OpenLoop when the spans submit the arrivals (``_owns_arrivals``)
+        self._open_loop = None  # an open_loop.OpenLoop when the spans submit the arrivals (``open_loop.owns_arrivals``)
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0

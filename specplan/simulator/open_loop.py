@@ -97,6 +97,15 @@ class OpenLoop:
         self.ints[ADMITTED] += min(first.stop, len(self))
 
 
+_NONE = (_IN_ID_ORDER, np.zeros(0), np.zeros(0, dtype=np.bool_), np.zeros(4, dtype=np.int64))
+
+
+def arrays(open_loop) -> tuple:
+    """An ``OpenLoop``'s order, submit times, new-run flags and counters as a span reads them; for
+    None (the frontend submits the arrivals), empty ones the span never reads."""
+    return _NONE if open_loop is None else (open_loop.order, open_loop.times, open_loop.new_event, open_loop.ints)
+
+
 @njit(cache=True)
 def num_waiting(ints):
     """Requests submitted and not yet admitted."""

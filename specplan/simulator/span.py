@@ -56,6 +56,7 @@ from specplan.simulator.control import V1_BUDGET, placeholder_charge
 from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
 from specplan.simulator.open_loop import MUST_ADMIT, RUNNING, loop_top, next_event, num_waiting, submit_during
+from specplan.simulator.open_loop import arrays as open_loop_arrays
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
 from specplan.simulator import state
@@ -78,9 +79,6 @@ SPAN_FIELDS = (
     "equal_progress", "released", "quiet_finish", "recycle_at", "free", "owns_arrivals", "arrival_order",
     "arrival_times", "arrival_new", "arrival_ints", "prompt_lens", "output_lens", "drafter",
 )
-
-# ``state_of``'s arrival fields where the frontend submits the arrivals (no ``open_loop.OpenLoop``).
-_NO_ARRIVALS = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.bool_), np.zeros(4, dtype=np.int64))
 
 
 @structref.register
@@ -151,8 +149,7 @@ def state_of(ex) -> SpanState:
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
         "released": st.released, "quiet_finish": bool(ex._quiet_finish), "recycle_at": int(state.RECYCLE_AT),
         "free": st.free, "owns_arrivals": ex._open_loop is not None,
-        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), _NO_ARRIVALS if ex._open_loop is None
-                   else (ex._open_loop.order, ex._open_loop.times, ex._open_loop.new_event, ex._open_loop.ints))),
+        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), open_loop_arrays(ex._open_loop))),
         "prompt_lens": np.asarray(ex.w.prompt_lens, dtype=np.int64), "output_lens": np.asarray(ex.w.output_lens, dtype=np.int64),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
