@@ -60,6 +60,7 @@ def breakdown(requests: int) -> dict:
     from specplan import startup
 
     startup.one_blas_thread()  # as the console sets the process up (``specplan.entry``)
+    startup.pause_collector()
     startup.load_scipy_blas()  # imports numpy
     marks["numpy"] = time.process_time()
     import numba  # noqa: F401

@@ -11,7 +11,8 @@ without the advice. Arrays read at random (the request state, the drafters' tabl
 **Collector.** A run's loop allocates as it goes, and each of the collector's passes would walk the
 workload's hundreds of thousands of request objects, which hold no cycles. ``collector_spared``
 keeps what is alive when the loop starts out of those passes until it ends; ``collector_paused``
-keeps the collector off while such objects are made.
+keeps the collector off while such objects are made. A command or a sweep's worker may start with the
+collector off (``startup.pause_collector``): its first loop turns it back on, then freezes.
 
 **Cycles.** A finished run must be freed by reference counting alone. What ``collector_spared``
 froze goes to the oldest generation when it thaws, and each freeze resets the young generations'
@@ -32,6 +33,8 @@ from types import MethodType
 from typing import Iterator
 
 import numpy as np
+
+from specplan import startup
 
 try:
     from numpy._core.multiarray import _set_madvise_hugepage
@@ -80,6 +83,7 @@ def collector_spared() -> Iterator[None]:
     """The objects alive now are left out of the collector's passes until the block ends (``gc.freeze``,
     then ``gc.unfreeze``); objects made inside are collected as usual. A process that froze objects
     itself (a server after ``fork``) keeps its own freeze untouched."""
+    startup.resume_collector()  # the process's start-up is over (``startup.pause_collector``)
     if gc.get_freeze_count():
         yield
         return

@@ -9,10 +9,15 @@ Both are start-up costs of libraries, not of simulating (``benchmarks/bench_vidu
 - numba's CPU target, as it initialises, looks for BLAS by importing ``scipy.linalg.cython_blas``,
   and so runs ``scipy.linalg``'s package import (scipy's array-API layer, numpy's f2py and testing
   modules): about 0.1 CPU-s for one extension module's function table.
+- Python's cyclic collector runs every 700 new container objects, and the imports and numba's target
+  make hundreds of thousands that live as long as the process (classes, functions, numba's typing
+  templates): some 280 passes, two or three of them over the whole heap, find nothing to free, about
+  0.1 CPU-s. ``pause_collector`` keeps it off until the first run's loop (``resume_collector``).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.machinery
 import importlib.util
 import os
@@ -30,6 +35,31 @@ def one_blas_thread(environ: MutableMapping[str, str] = os.environ) -> bool:
     if "numpy" in sys.modules or any(name in environ for name in BLAS_THREAD_VARIABLES):
         return False
     environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True
+
+
+_paused = False  # the collector is off because pause_collector turned it off
+
+
+def pause_collector() -> bool:
+    """Turn Python's cyclic collector off for the process's start-up; True if it did (not if the user's
+    code had turned it off already). Reference counting still frees everything that is not in a cycle."""
+    global _paused
+    if not gc.isenabled():
+        return False
+    gc.disable()
+    _paused = True
+    return True
+
+
+def resume_collector() -> bool:
+    """Turn the collector back on if ``pause_collector`` turned it off; True if it did. A run's loop calls
+    it as it starts (``memory.collector_spared``), so a process's start-up ends at its first loop."""
+    global _paused
+    if not _paused:
+        return False
+    _paused = False
+    gc.enable()
     return True
 
 

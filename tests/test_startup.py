@@ -92,6 +92,11 @@ def test_sweep_workers_start_with_the_kernels_a_run_loads(tmp_path):
                      f"simulate(load_config({str(scenario)!r}))\n{loaded}")
     (preloaded,) = _python(f"import json, sys\nimport specplan.sweeps.warm_start\n{loaded}")
     assert ran and set(ran) <= set(preloaded)
+    # a worker (a fork of the preloaded server) starts with the collector off; its first loop turns it on
+    (collector,) = _python("import gc, json\nimport specplan.sweeps.warm_start\nfrom specplan.config import load_config\n"
+                           "from specplan.simulator.run import simulate\npreloaded = gc.isenabled()\n"
+                           f"simulate(load_config({str(scenario)!r}))\nprint(json.dumps([preloaded, gc.isenabled()]))")
+    assert collector == [False, True]
 
 
 _NO_BLAS_SETTING = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
@@ -172,3 +177,43 @@ def test_a_blas_table_that_fails_to_load_alone_leaves_numbas_own_probe(tmp_path)
         "import numba.np.arraymath as am\n"
         "print(json.dumps([loaded, left, am._HAVE_BLAS, 'scipy.linalg' in sys.modules]))")
     assert result == [False, False, True, True]  # not loaded, nothing left behind; numba imported it itself
+
+
+def test_pause_collector_turns_off_only_what_it_turns_back_on():
+    (fresh, users) = _python(
+        "import gc, json\nfrom specplan import startup\n"
+        "steps = [startup.pause_collector(), gc.isenabled(), startup.resume_collector(), gc.isenabled(),"
+        " startup.resume_collector(), gc.isenabled()]\nprint(json.dumps(steps))\n"
+        "gc.disable()\n"  # the user's own choice, before any pause
+        "print(json.dumps([startup.pause_collector(), gc.isenabled(), startup.resume_collector(), gc.isenabled()]))")
+    assert fresh == [True, False, True, True, False, True]
+    assert users == [False, False, False, False]  # left off: resuming is not ours to do
+
+
+def test_simulate_starts_with_the_collector_off_and_loops_with_it_on(tmp_path):
+    """The console's ``simulate``: no collection while it imports and builds; the run's loop turns the
+    collector back on (``memory.collector_spared``) before it freezes what start-up made; other
+    commands keep it on throughout. The summary is the in-process ``main``'s, whose collector ran."""
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump(SMALL))
+    report = ("import atexit, gc, json, sys\nimport simpy\nfrom specplan.entry import console\n"
+              "seen = {}\nrun = simpy.Environment.run\n"
+              "def watched(env, *a):\n    seen.setdefault('loop', [gc.isenabled(), gc.get_freeze_count() > 0])\n"
+              "    return run(env, *a)\n"
+              "simpy.Environment.run = watched\n"
+              "from specplan.simulator import engine\ninit = engine.Executor.__init__\n"
+              "def built(self, *a):\n    seen.setdefault('build', gc.isenabled())\n    init(self, *a)\n"
+              "engine.Executor.__init__ = built\n"
+              "atexit.register(lambda: print(json.dumps([seen, gc.isenabled()])))\n"
+              "sys.argv = ['specplan', ARGS]\nconsole()")
+    args = f"'simulate', {str(scenario)!r}, '--format', 'json'"
+    summary, (seen, at_exit) = _python(report.replace("ARGS", args))
+    assert seen == {"build": False, "loop": [True, True]} and at_exit
+    in_process = subprocess.run([sys.executable, "-c", "from specplan.cli import main; main()", "simulate",
+                                 str(scenario), "--format", "json"], capture_output=True, text=True, cwd=ROOT,
+                                timeout=300)
+    assert json.loads(in_process.stdout) == summary
+    other = subprocess.run([sys.executable, "-c", report.replace("ARGS", "'workloads', '--help'")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert other.returncode == 0, other.stderr
+    assert json.loads(other.stdout.splitlines()[-1]) == [{}, True]

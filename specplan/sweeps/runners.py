@@ -202,7 +202,7 @@ class LocalRunner(Runner):
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload([__name__, "specplan.sweeps.warm_start"])
+            ctx.set_forkserver_preload(["specplan.sweeps.warm_start", __name__])  # its collector pause first
             with this_package_first():
                 forkserver.ensure_running()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=exit_with_sweep,
