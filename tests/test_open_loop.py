@@ -74,7 +74,7 @@ def _run(monkeypatch, arrivals, spans: bool, max_sim_time=None, recycle_at=None)
         if recycle_at is not None:
             m.setattr(state, "RECYCLE_AT", recycle_at)
         trace = ex.run()
-    assert (ex._open_loop is not None) == spans  # the spans submitted the arrivals, or the frontend did
+    assert (ex._arrivals is not None) == spans  # the spans submitted the arrivals, or the frontend did
     return request_table(trace, reqs), iteration_table(trace), emission_table(trace), trace.arrival.copy()
 
 
@@ -130,7 +130,7 @@ def test_spans_submitting_arrivals_match_simpy_at_every_tie(monkeypatch, seed):
 def test_admit_gives_the_slots_add_gives():
     """The span's admission (``open_loop.admit``) against ``RequestState.add`` then ``admit``: batches of
     one to six requests, finished ones released (and recycled every 4) between them; where ``admit``
-    declines (``add`` recycles or grows first), Python admits, as the span's return has it do. Both
+    declines (``add`` grows the state first), Python admits, as the span's return has it do. Both
     states hold the same requests in the same slots, in the same active order, all along."""
     from specplan.simulator import state
     from specplan.simulator.open_loop import ADMITTED, admit

@@ -45,7 +45,6 @@ from specplan.simulator.emissions import EmissionLog, IterationLog, Trace
 from specplan.simulator.frontend import Frontend
 from specplan.simulator.inputs import EngineSettings, Workload
 from specplan.simulator.kv import KVBlockPool
-from specplan.simulator.open_loop import OpenLoop, owns_arrivals
 from specplan.simulator.paths import PATHS, TRT_DRAFTER
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, POLICIES, ScheduleDecision, check_fits, schedule_step
@@ -101,7 +100,7 @@ class Executor:
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # ids of requests arrived, not yet active (FIFO)
-        self._open_loop = None  # an open_loop.OpenLoop when the spans submit the arrivals (``open_loop.owns_arrivals``)
+        self._arrivals = None  # an OpenLoop or a ClosedLoop when the spans send the requests (``span.arrivals_for``)
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
@@ -314,14 +313,14 @@ class Executor:
                 if not st.counters[N_ACTIVE]:
                     if st.counters[DONE] == self.n:
                         return
-                    if self._open_loop is None:  # (the spans wait for their arrivals themselves)
+                    if self._arrivals is None:  # (the spans wait for their arrivals themselves)
                         self._wakeup = self.env.event()
                         yield self._wakeup
                         self._wakeup = None
                         continue
             if not spanning:  # once a replica spans, it always does (``_spans``; a drafter's is decided once)
                 k, spec = self._setup_drafter()
-                spanning = (not spec or self._drafter is None) and self._spans()
+                spanning = bool(self._drafter) if spec and self._drafter is not None else self._spans()
             if spanning:
                 status, it, n, step_s = span.run(self, it, resume)
                 resume = None
@@ -388,10 +387,11 @@ class Executor:
 
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""
-        if owns_arrivals(self):
-            self._open_loop = self.waiting = OpenLoop(self.frontend)
-        else:
+        self._arrivals = span.arrivals_for(self)
+        if self._arrivals is None:
             self.frontend.start()
+        else:  # (the spans release the finished slots, cache their blocks and send the next requests)
+            self.waiting, self._quiet_finish = self._arrivals, True
         self.start()
         with memory.collector_spared():
             self.env.run()

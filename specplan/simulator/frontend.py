@@ -85,13 +85,19 @@ class Frontend:
         if self.w.arrivals is not None:
             self.env.process(self._open_loop())
             return
+        for queue in self.client_queues():
+            self.env.process(self._client(queue))
+
+    def client_queues(self) -> list:
+        """Each closed-loop client's requests in the order it sends them: client c of C sends every C-th
+        root request, each followed by its session's turns (a view or a range of the roots when there
+        are no sessions, not a list)."""
         roots = self._roots()
         clients = max(1, min(self.w.concurrency, len(roots)))  # a client without a request never runs
+        if not self._successors:
+            return [roots[c::clients] for c in range(clients)]
+        queues = []
         for c in range(clients):
-            # Client c sends every clients-th root request; a session's turns follow their root.
-            if not self._successors:  # no sessions: its roots as they are (a view or a range, not a list)
-                self.env.process(self._client(roots[c::clients]))
-                continue
             queue: list[int] = []
             for root in roots[c::clients].tolist():
                 queue.append(root)
@@ -99,7 +105,8 @@ class Frontend:
                 while nxt:
                     queue.append(nxt[0])
                     nxt = self._successors.get(nxt[0], [])
-            self.env.process(self._client(queue))
+            queues.append(queue)
+        return queues
 
     @property
     def hears_finish(self) -> bool:

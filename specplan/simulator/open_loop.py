@@ -17,7 +17,7 @@ state: ``Executor._quiet_finish``), the span submits the arrivals itself and no 
   equal and its number lower (``submit_before``);
 - the executor's loop top, run after each commit, is the span's too: it admits waiting requests
   while there is room (``admit``, as ``RequestState.add`` and ``admit`` do; where ``add`` would
-  recycle or grow the state, the span returns to Python), and with nothing active it waits for the
+  grow the state, the span returns to Python), and with nothing active it waits for the
   frontend's next event.
 
 ``OpenLoop`` also stands in the executor's ``waiting`` list: the requests submitted and not yet
@@ -36,8 +36,9 @@ from specplan.simulator.state import FREE, N_ACTIVE, SLOTS
 SUBMITTED, ADMITTED, STAMP, FRONTEND_STAMP = range(4)
 _IN_ID_ORDER = np.zeros(0, dtype=np.int64)  # ``OpenLoop.order`` of requests sent in id order
 # What ``loop_top`` leaves the span to do: run on, return for Python to admit (``RequestState.add``
-# recycles or grows first), or return with nothing active (every request done).
+# grows first), or return with nothing active (every request done).
 RUNNING, MUST_ADMIT, IDLE_FOR_GOOD = range(3)
+OPEN = 1  # ``SpanState.owns_arrivals`` of a replica whose spans submit its open loop's arrivals
 
 
 @njit(cache=True)
@@ -145,7 +146,7 @@ def submit_before(times, new_event, ints, end, stamp):
 @njit(cache=True)
 def admit(order, ints, count, prompt_lens, output_lens, rid, plen, olen, ctx_target, act, free, counters):
     """``RequestState.add`` then ``admit`` of the next ``count`` waiting requests: recycled slots first,
-    from the end, then new ones. False, changing nothing, where ``add`` would recycle or grow first."""
+    from the end, then new ones. False, changing nothing, where ``add`` would grow the state first."""
     num_free, slots = counters[FREE], counters[SLOTS]
     if count > num_free + len(plen) - slots:
         return False

@@ -24,7 +24,9 @@ Where the spans submit the arrivals themselves (``open_loop``: one replica, no d
 heard by nothing but the request state), no step is pending: at the next arrival's time the span
 submits the arrivals SimPy would have run by the step's end, commits it, and admits them at the
 executor's loop top, which it runs itself after each commit (waiting for the next arrival when nothing is
-active). It returns ``ADMIT`` where ``RequestState.add`` must recycle or grow the state first.
+active). It returns ``ADMIT`` where ``RequestState.add`` must grow the state first. Where the spans serve
+closed-loop clients themselves (``closed_loop``: one replica, no think time), a completion caches its
+blocks and sends its client's next request in the span, and the loop top admits it when SimPy would.
 
 A pending step's timeout ends in the executor, which hands it back to the next span to commit
 first (its commit needs no Python unless one of the stops above follows it). In a fleet, whose
@@ -55,7 +57,10 @@ from specplan.simulator import draft_state
 from specplan.simulator.control import V1_BUDGET, placeholder_charge
 from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
-from specplan.simulator.open_loop import MUST_ADMIT, RUNNING, loop_top, next_event, num_waiting, submit_during
+from specplan.simulator import closed_loop
+from specplan.simulator.closed_loop import CLOSED, VISIBLE, ClosedLoop, owns_clients
+from specplan.simulator.open_loop import (MUST_ADMIT, OPEN, RUNNING, SUBMITTED, OpenLoop, loop_top, next_event,
+                                          num_waiting, owns_arrivals, submit_during)
 from specplan.simulator.open_loop import arrays as open_loop_arrays
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
@@ -77,7 +82,7 @@ SPAN_FIELDS = (
     "em_request", "em_time", "em_tokens", "iteration_log", "record", "finished", "stats", "max_sim_time",
     "max_active", "out", "out_time", "rid", "pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits", "pc_done",
     "equal_progress", "released", "quiet_finish", "recycle_at", "free", "owns_arrivals", "arrival_order",
-    "arrival_times", "arrival_new", "arrival_ints", "prompt_lens", "output_lens", "drafter",
+    "arrival_times", "arrival_new", "arrival_ints", "following", "prompt_lens", "output_lens", "drafter",
 )
 
 
@@ -148,8 +153,9 @@ def state_of(ex) -> SpanState:
         "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
         "released": st.released, "quiet_finish": bool(ex._quiet_finish), "recycle_at": int(state.RECYCLE_AT),
-        "free": st.free, "owns_arrivals": ex._open_loop is not None,
-        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), open_loop_arrays(ex._open_loop))),
+        "free": st.free, "owns_arrivals": arrivals_mode(ex._arrivals),
+        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), arrival_arrays(ex._arrivals))),
+        "following": closed_loop.following(ex._arrivals if isinstance(ex._arrivals, ClosedLoop) else None),
         "prompt_lens": np.asarray(ex.w.prompt_lens, dtype=np.int64), "output_lens": np.asarray(ex.w.output_lens, dtype=np.int64),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
@@ -158,6 +164,24 @@ def state_of(ex) -> SpanState:
     values = [fields[name] for name in SPAN_FIELDS]  # by name: a field cannot land in another's place
     ex._lent = values + drafter  # the states borrow the arrays: they live as long as them, until the next state_of
     return span_state(*values)
+
+
+def arrivals_for(ex):
+    """What sends an executor's requests in its spans: an ``OpenLoop`` (``open_loop.owns_arrivals``), a
+    ``ClosedLoop`` (``closed_loop.owns_clients``), or None where the frontend's processes send them."""
+    if owns_arrivals(ex):
+        return OpenLoop(ex.frontend)
+    return ClosedLoop(ex.frontend) if owns_clients(ex) else None
+
+
+def arrivals_mode(arrivals) -> int:
+    """``SpanState.owns_arrivals``: 0 where the frontend sends the requests, else who the spans stand in for."""
+    return 0 if arrivals is None else CLOSED if isinstance(arrivals, ClosedLoop) else OPEN
+
+
+def arrival_arrays(arrivals) -> tuple:
+    """The arrival fields of a ``SpanState`` for an ``OpenLoop``, a ``ClosedLoop`` or none."""
+    return closed_loop.arrays(arrivals) if isinstance(arrivals, ClosedLoop) else open_loop_arrays(arrivals)
 
 
 @njit(cache=True)
@@ -289,6 +313,8 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             if not ok:
                 status = KV_BROKEN
                 break
+            if owns == CLOSED:
+                closed_loop.on_finish(a, stats[FINISHED], t)
             if quiet_finish:
                 _release(finished, stats[FINISHED], a.released, counters)
             refused = drafts and after_commit(d, a, n) != 0  # the gate and vLLM's proposals, in Python's order
@@ -298,11 +324,12 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
                 status = COMMITTED
                 break
         if owns:  # the executor's loop top: admit; with nothing active, wait for arrivals
-            top, t = loop_top(a, t)
+            top, t = closed_loop.loop_top(a, t) if owns == CLOSED else loop_top(a, t)
             if top != RUNNING:
                 status = ADMIT if top == MUST_ADMIT else COMMITTED
                 break
-            num_queued, horizon = num_waiting(arrived), next_event(a.arrival_times, arrived)
+            num_queued = num_waiting(arrived)
+            horizon = np.inf if owns == CLOSED else next_event(a.arrival_times, arrived)
         if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request) or ints[SAMPLES] == len(samples):
             status = FULL
             break
@@ -337,6 +364,8 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
                 a.out_time[1] = step
                 break
             num_queued = submit_during(a, t + step)  # the step's timeout is made now: no step pending
+        if owns == CLOSED:  # the clients woken at t run once the step's timeout is made: next loop top
+            arrived[VISIBLE] = arrived[SUBMITTED]
         start = t
         t = t + step
     out = a.out

@@ -83,24 +83,26 @@ class RequestState:
     def add(self, rids: list[int], prompt_lens: np.ndarray, output_lens: np.ndarray) -> list[int]:
         """Requests ``rids`` in slots (recycled ones first, then the next ones, doubling the room as
         needed), their lengths taken from the workload's ``prompt_lens`` and ``output_lens``;
-        returns their slots."""
+        returns their slots. A new slot is given only when none is free, so at most the requests in
+        flight and ``RECYCLE_AT - 1`` released ones hold slots: recycling a handful early instead
+        would send a span back to Python at every admission (``open_loop.admit`` declines)."""
         c = self.counters
-        if len(rids) > c[FREE] + self.capacity - c[SLOTS] and c[RELEASED]:
-            self._recycle()  # rather than grow
         free = int(c[FREE])
         take = min(len(rids), free)
         slots = self.free[free - take:free][::-1].tolist()  # popped from the end
         c[FREE] = free - take
         first = int(c[SLOTS])
         end = first + len(rids) - take
-        if end > self.capacity:  # (every free slot was taken, every released one recycled)
+        if end > self.capacity:  # (every free slot was taken; the released ones wait on)
             while self.capacity < end:
                 self.capacity *= 2
             for name, (dtype, fill) in _FIELDS.items():
                 grown = np.full(self.capacity, fill, dtype=dtype)
                 grown[:first] = getattr(self, name)[:first]
                 setattr(self, name, grown)
+            released, k = self.released, int(c[RELEASED])
             self.free, self.released = np.zeros(self.capacity, dtype=np.int64), np.zeros(self.capacity, dtype=np.int64)
+            self.released[:k] = released[:k]
         c[SLOTS] = end
         slots.extend(range(first, end))
         if len(slots) <= 4:  # a step's usual one or two: scalar stores cost a third of numpy's gathers
@@ -114,8 +116,8 @@ class RequestState:
         return slots
 
     def release(self, slots: np.ndarray) -> None:
-        """Finished requests' slots, to be recycled (once ``RECYCLE_AT`` have finished, or when
-        ``add`` needs them): their figures go to ``results``, their fields back to a new request's."""
+        """Finished requests' slots, to be recycled once ``RECYCLE_AT`` have finished: their figures go
+        to ``results``, their fields back to a new request's."""
         k = int(self.counters[RELEASED])
         self.released[k:k + len(slots)] = slots
         self.counters[RELEASED] = k + len(slots)
