@@ -53,16 +53,17 @@ def owns_clients(ex) -> bool:
 
 class ClosedLoop:
     """The closed-loop clients of ``frontend`` (no think time) as the spans serve them; as ``waiting``,
-    the requests sent and not yet admitted that the executor's loop top may take. ``sent`` holds the
-    requests in the order they are sent, their times go into the frontend's own ``arrival``, and
-    ``following`` gives each request's successor in its client's queue (-1 after the last); without
-    sessions it is empty and the successor of ``g`` is ``g + C`` (ten million requests hold no array)."""
+    the requests sent and not yet admitted that the executor's loop top may take. ``sent`` is a ring of
+    one place a client (a client has at most one request sent and not admitted): the ``k``-th request
+    sent is at ``k % C``. Their times go into the frontend's own ``arrival``, and ``following`` gives
+    each request's successor in its client's queue (-1 after the last); without sessions it is empty
+    and the successor of ``g`` is ``g + C`` (ten million requests hold no array but their times)."""
 
     def __init__(self, frontend) -> None:
         n = len(frontend.w.prompt_lens)
         queues = frontend.client_queues()
         firsts = [int(q[0]) for q in queues if len(q)]  # every client's process starts before the executor's
-        self.sent = np.zeros(max(n, 1), dtype=np.int64)
+        self.sent = np.zeros(len(queues), dtype=np.int64)
         self.sent[:len(firsts)] = firsts
         self.times = frontend.arrival
         self.times[firsts] = 0.0
@@ -79,7 +80,7 @@ class ClosedLoop:
     def __getitem__(self, first: slice) -> list[int]:
         """The first ``first.stop`` visible waiting requests (``waiting[:room]``)."""
         start = int(self.ints[ADMITTED])
-        return self.sent[start:start + min(first.stop, len(self))].tolist()
+        return self.sent.take(range(start, start + min(first.stop, len(self))), mode="wrap").tolist()
 
     def __delitem__(self, first: slice) -> None:
         """Admitted: the first ``first.stop`` visible waiting requests leave the queue."""
@@ -109,7 +110,7 @@ def on_finish(a, count, t):
                 a.pc_cached[a.pc_ids[b]] = True
         nxt = a.following[g] if len(a.following) else g + ints[CLIENTS]
         if 0 <= nxt < len(times):
-            sent[ints[SUBMITTED]] = nxt
+            sent[ints[SUBMITTED] % len(sent)] = nxt
             times[nxt] = t
             ints[SUBMITTED] += 1
 

@@ -145,15 +145,16 @@ def submit_before(times, new_event, ints, end, stamp):
 
 @njit(cache=True)
 def admit(order, ints, count, prompt_lens, output_lens, rid, plen, olen, ctx_target, act, free, counters):
-    """``RequestState.add`` then ``admit`` of the next ``count`` waiting requests: recycled slots first,
-    from the end, then new ones. False, changing nothing, where ``add`` would grow the state first."""
+    """``RequestState.add`` then ``admit`` of the next ``count`` waiting requests (the ``ADMITTED``-th on of
+    ``order``, read round it; none: in id order): recycled slots first, from the end, then new ones.
+    False, changing nothing, where ``add`` would grow the state first."""
     num_free, slots = counters[FREE], counters[SLOTS]
     if count > num_free + len(plen) - slots:
         return False
     take, a, first = min(count, num_free), counters[N_ACTIVE], ints[ADMITTED]
     for j in range(count):
         slot = free[num_free - 1 - j] if j < take else slots + j - take
-        r = order[first + j] if len(order) else first + j
+        r = order[(first + j) % len(order)] if len(order) else first + j  # (a closed loop's order is a ring)
         rid[slot], olen[slot] = r, output_lens[r]
         plen[slot] = ctx_target[slot] = prompt_lens[r]
         act[a + j] = slot
