@@ -38,7 +38,7 @@ from specplan.simulator.state import N_ACTIVE
 # requests the executor's loop top may admit (sent before its last step was scheduled), the clients.
 VISIBLE, CLIENTS = 2, 3
 CLOSED = 2  # ``SpanState.owns_arrivals`` of a replica whose spans serve closed-loop clients
-_NO_SESSIONS = np.zeros(0, dtype=np.int64)
+NO_SESSIONS = np.zeros(0, dtype=np.int64)
 
 
 def owns_clients(ex) -> bool:
@@ -67,7 +67,7 @@ class ClosedLoop:
         self.sent[:len(firsts)] = firsts
         self.times = frontend.arrival
         self.times[firsts] = 0.0
-        self.following = _NO_SESSIONS
+        self.following = NO_SESSIONS
         if frontend._successors:
             self.following = np.full(n, -1, dtype=np.int64)
             for queue in map(np.asarray, queues):
@@ -88,14 +88,9 @@ class ClosedLoop:
 
 
 def arrays(closed_loop: ClosedLoop) -> tuple:
-    """A ``ClosedLoop``'s sent requests, their times, no new-run flags and its counters, in the span's
-    arrival fields (``open_loop.arrays``' order)."""
-    return closed_loop.sent, closed_loop.times, np.zeros(0, dtype=np.bool_), closed_loop.ints
-
-
-def following(closed_loop) -> np.ndarray:
-    """The span's ``following`` field: a ``ClosedLoop``'s successors, or none."""
-    return _NO_SESSIONS if closed_loop is None else closed_loop.following
+    """A ``ClosedLoop``'s sent requests, their times, no new-run flags, its counters and the successors,
+    as the span reads them (``open_loop.arrays``' order, then ``following``)."""
+    return closed_loop.sent, closed_loop.times, np.zeros(0, dtype=np.bool_), closed_loop.ints, closed_loop.following
 
 
 @njit(cache=True)

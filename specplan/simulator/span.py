@@ -86,6 +86,9 @@ SPAN_FIELDS = (
 )
 
 
+_ARRIVAL_FIELDS = ("arrival_order", "arrival_times", "arrival_new", "arrival_ints", "following")
+
+
 @structref.register
 class SpanStateType(types.StructRef):
     def preprocess_fields(self, fields):
@@ -153,9 +156,7 @@ def state_of(ex) -> SpanState:
         "max_active": int(s.max_num_active_requests), "out": ex._span_out, "out_time": ex._span_time,
         "rid": st.rid, "pc_done": st.pc_done, "equal_progress": bool(ex._equal_progress),
         "released": st.released, "quiet_finish": bool(ex._quiet_finish), "recycle_at": int(state.RECYCLE_AT),
-        "free": st.free, "owns_arrivals": arrivals_mode(ex._arrivals),
-        **dict(zip(("arrival_order", "arrival_times", "arrival_new", "arrival_ints"), arrival_arrays(ex._arrivals))),
-        "following": closed_loop.following(ex._arrivals if isinstance(ex._arrivals, ClosedLoop) else None),
+        "free": st.free, **arrival_fields(ex._arrivals),
         "prompt_lens": np.asarray(ex.w.prompt_lens, dtype=np.int64), "output_lens": np.asarray(ex.w.output_lens, dtype=np.int64),
         **dict(zip(("pc_mode", "pc_off", "pc_ids", "pc_cached", "pc_hits"), prefix_cache_arrays(ex.prefix_cache))),
     }
@@ -174,14 +175,13 @@ def arrivals_for(ex):
     return ClosedLoop(ex.frontend) if owns_clients(ex) else None
 
 
-def arrivals_mode(arrivals) -> int:
-    """``SpanState.owns_arrivals``: 0 where the frontend sends the requests, else who the spans stand in for."""
-    return 0 if arrivals is None else CLOSED if isinstance(arrivals, ClosedLoop) else OPEN
-
-
-def arrival_arrays(arrivals) -> tuple:
-    """The arrival fields of a ``SpanState`` for an ``OpenLoop``, a ``ClosedLoop`` or none."""
-    return closed_loop.arrays(arrivals) if isinstance(arrivals, ClosedLoop) else open_loop_arrays(arrivals)
+def arrival_fields(arrivals) -> dict:
+    """A ``SpanState``'s fields for who sends the requests, ``owns_arrivals`` (0: the frontend's
+    processes; ``open_loop.OPEN``; ``closed_loop.CLOSED``), and the arrays its spans read of them."""
+    if isinstance(arrivals, ClosedLoop):
+        return {"owns_arrivals": CLOSED, **dict(zip(_ARRIVAL_FIELDS, closed_loop.arrays(arrivals)))}
+    return {"owns_arrivals": 0 if arrivals is None else OPEN,
+            **dict(zip(_ARRIVAL_FIELDS, (*open_loop_arrays(arrivals), closed_loop.NO_SESSIONS)))}
 
 
 @njit(cache=True)
