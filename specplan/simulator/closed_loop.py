@@ -38,7 +38,7 @@ from specplan.simulator.state import N_ACTIVE
 # requests the executor's loop top may admit (sent before its last step was scheduled), the clients.
 VISIBLE, CLIENTS = 2, 3
 CLOSED = 2  # ``SpanState.owns_arrivals`` of a replica whose spans serve closed-loop clients
-NO_SESSIONS = np.zeros(0, dtype=np.int64)
+NO_SESSIONS = np.zeros(0, dtype=np.int64)  # ``ClosedLoop.following`` without sessions (and of no closed loop)
 
 
 def owns_clients(ex) -> bool:
