@@ -221,7 +221,9 @@ def run(ex, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, i
     log.reserve(ex.s.max_batch_size)
     its.reserve()
     horizon = ex.env.peek() if ex.stepper is None else ex.stepper.horizon()
-    run_span(state_for(ex), log.n, its.n, ex.env.now, horizon, it, len(ex.waiting), *(resume or (0, 0.0, 0.0)))
+    # (the clock as a float: SimPy's starts at the int 0, and a second signature is a second kernel to load)
+    run_span(state_for(ex), log.n, its.n, float(ex.env.now), float(horizon), it, len(ex.waiting),
+             *(resume or (0, 0.0, 0.0)))
     return result(ex)
 
 
