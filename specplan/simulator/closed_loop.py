@@ -31,7 +31,7 @@ from numba import njit
 
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.simulator.open_loop import ADMITTED, IDLE_FOR_GOOD, MUST_ADMIT, RUNNING, SUBMITTED, admit
-from specplan.simulator.prefix_cache import OFF
+from specplan.simulator.prefix_cache import OFF, cache_finished
 from specplan.simulator.state import N_ACTIVE
 
 # Slots of ``ClosedLoop.ints`` after the two it shares with ``open_loop`` (requests sent, admitted):
@@ -41,14 +41,19 @@ CLOSED = 2  # ``SpanState.owns_arrivals`` of a replica whose spans serve closed-
 NO_SESSIONS = np.zeros(0, dtype=np.int64)  # ``ClosedLoop.following`` without sessions (and of no closed loop)
 
 
+def heard_in_python(ex) -> bool:
+    """Whether something only Python can tell hears an executor's completions: a legacy gate,
+    TensorRT-LLM's SeqSlots or an oracle's own ``on_finish``."""
+    return ex.legacy_gate is not None or ex._slots is not None or type(ex.oracle).on_finish is not AcceptanceOracle.on_finish
+
+
 def owns_clients(ex) -> bool:
     """Whether an executor's spans serve its closed-loop clients themselves: it is the only replica,
     its steps span, the clients send at once (no think time), and a completion matters to nothing but
-    the request state, the prefix cache and the client (no legacy gate, SeqSlots or oracle hears it)."""
+    the request state, the prefix cache and the client (``heard_in_python`` says no)."""
     w = ex.w
     thinks = w.think_time is not None and bool((np.asarray(w.think_time) > 0).any())
-    return (ex.stepper is None and w.arrivals is None and not thinks and ex.legacy_gate is None and ex._slots is None
-            and type(ex.oracle).on_finish is AcceptanceOracle.on_finish and ex._spans())
+    return ex.stepper is None and w.arrivals is None and not thinks and not heard_in_python(ex) and ex._spans()
 
 
 class ClosedLoop:
@@ -101,8 +106,7 @@ def on_finish(a, count, t):
     for j in range(count):
         g = rid[a.finished[j]]
         if a.pc_mode != OFF:
-            for b in range(a.pc_off[g], a.pc_off[g + 1]):
-                a.pc_cached[a.pc_ids[b]] = True
+            cache_finished(g, a.pc_off, a.pc_ids, a.pc_cached)
         nxt = a.following[g] if len(a.following) else g + ints[CLIENTS]
         if 0 <= nxt < len(times):
             sent[ints[SUBMITTED] % len(sent)] = nxt

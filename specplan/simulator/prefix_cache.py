@@ -71,9 +71,9 @@ class PrefixCache:
         return int(self.hits[0])
 
     def on_finish(self, rids: np.ndarray) -> None:
-        """Every full block of a finished request's prompt and output becomes cached."""
+        """Every full block of a finished request's prompt and output becomes cached (``cache_finished``)."""
         for g in rids.tolist():
-            self.cached[self.ids[self.off[g]:self.off[g + 1]]] = True
+            cache_finished(g, self.off, self.ids, self.cached)
 
 
 #: What a run without prefix caching passes to the compiled scheduler.
@@ -86,6 +86,14 @@ def arrays(cache) -> tuple:
     if cache is None:
         return (OFF, *NO_CACHE)
     return cache.mode, cache.off, cache.ids, cache.cached, cache.hits
+
+
+@njit(cache=True)
+def cache_finished(g, off, ids, cached):
+    """Request ``g`` finished: every full block of its prompt and output becomes cached (also called by
+    a span serving closed-loop clients, ``closed_loop.on_finish``)."""
+    for b in range(off[g], off[g + 1]):
+        cached[ids[b]] = True
 
 
 @njit(cache=True)

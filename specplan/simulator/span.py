@@ -50,7 +50,6 @@ from numba.experimental import structref
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
-from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.roofline import roofline_step_time
 from specplan.errors import ConfigError
 from specplan.simulator import draft_state
@@ -210,8 +209,7 @@ def quiet_finish(ex) -> bool:
     """Whether a completion matters to nothing but an executor's request state (``Executor._on_finish``
     only releases the slot): no legacy gate, SeqSlots, prefix cache or oracle hears it, nor the
     frontend (an open loop without sessions). Its spans then release finished slots themselves."""
-    return (ex.legacy_gate is None and ex._slots is None and ex.prefix_cache is None
-            and type(ex.oracle).on_finish is AcceptanceOracle.on_finish and not ex.frontend.hears_finish)
+    return not closed_loop.heard_in_python(ex) and ex.prefix_cache is None and not ex.frontend.hears_finish
 
 
 def run(ex, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, int, int, float]:
