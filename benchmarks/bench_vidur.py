@@ -17,7 +17,9 @@ run), loop (the executor's run), metrics (tables and summary) and output (printi
 rest of that child's CPU time, which ends as the console does, is interpreter start and exit
 (``python -c pass`` alone is printed beside it). Then a small scenario (``--small`` requests, 200)
 as a whole process (best of ``--runs``) less its loop (from the same breakdown): what a command
-costs beyond the simulation. Target: <= 0.3 CPU-s. One run with an empty numba cache
+costs beyond the simulation. Target: <= 0.3 CPU-s. Beside it, the floor any command that runs compiled
+code pays (``--floor``, best of ``--runs``): a child set up as the console sets it up that only imports
+numpy and numba and calls one cached kernel, so numba's CPU target initialises. One run with an empty numba cache
 (``NUMBA_CACHE_DIR`` pointed at a fresh folder) is reported apart.
 
     python benchmarks/bench_vidur.py [--runs 3] [--requests 10000] [--small 200] [--no-cold]
@@ -108,6 +110,19 @@ def breakdown(requests: int) -> dict:
             "metrics": marks["summarized"] - marks["looped"], "output": marks["done"] - marks["summarized"]}
 
 
+def floor() -> None:
+    """What any process that runs one compiled kernel costs (run in a fresh child by ``--floor``): the
+    console's set-up, numpy, numba's import and its CPU target, initialised as a cached kernel loads."""
+    from specplan import startup
+
+    startup.one_blas_thread()
+    startup.pause_collector()
+    startup.load_scipy_blas()
+    from specplan.simulator.control import verified_width
+
+    verified_width(0, 0, 0, 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -115,6 +130,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=200, help="requests of the small scenario (overhead beyond the loop)")
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-numba-cache run")
     ap.add_argument("--breakdown", action="store_true", help=argparse.SUPPRESS)  # the in-process child
+    ap.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)  # the one-kernel child
     # the paired comparison with Vidur (vidur_pair.py)
     ap.add_argument("--paired", action="store_true", help="alternate whole-process runs of specplan and Vidur")
     ap.add_argument("--vidur-python", default=".venv-vidur/bin/python",
@@ -126,6 +142,10 @@ def main() -> None:
 
         paired(args.vidur_python, args.pairs, args.requests)
         return
+    if args.floor:
+        sys.path.insert(0, str(ROOT))
+        floor()
+        os._exit(0)
     if args.breakdown:
         sys.path.insert(0, str(ROOT))  # this tree's specplan, as ``python -m`` from ROOT finds it
         print(json.dumps(breakdown(args.requests)), flush=True)
@@ -157,6 +177,9 @@ def main() -> None:
     small_parts = json.loads(child_cpu([str(Path(__file__).resolve()), "--breakdown", "--requests", str(args.small)])[1])
     print(f"small scenario ({args.small} requests): {small:.3f} CPU-s whole process, "
           f"{small - small_parts['loop']:.3f} beyond the loop (target <= 0.3)")
+    one_kernel = min(child_cpu([str(Path(__file__).resolve()), "--floor"])[0] for _ in range(args.runs))
+    print(f"floor: a process that only loads numpy, numba and one cached kernel: {one_kernel:.3f} CPU-s "
+          f"(an empty interpreter: {start:.3f})")
 
     if not args.no_cold:
         with tempfile.TemporaryDirectory() as cache:

@@ -1,6 +1,7 @@
 """Drafting iterations in compiled spans (``simulator/draft_span.py``) against every step through
 SimPy one at a time (``Executor._spans`` forced off): the same tables, summary, gate samples and
-tripped iteration, bit for bit, for each drafter, path, K rule and gate the spans take."""
+tripped iteration, bit for bit, for each drafter and parametric oracle, path, K rule and gate the
+spans take."""
 
 from __future__ import annotations
 
@@ -57,6 +58,18 @@ CASES = {
     "vllm-pld": {"engine": {"engine": "vllm"}, "speculation": {**PLD, "max_draft_len": 3}},
     "vllm-open-loop-max-sim-time": {"engine": {"engine": "vllm"}, "speculation": VLLM_NGRAM,
                                     "workload": {"arrival": "poisson", "rate": 40.0}, "max_sim_time_s": 2.0},
+    # parametric oracles (SurvivalOracle): per-request uniforms and step counts, on each path
+    "alpha-sa": {"acceptance": {"mode": "alpha", "alpha": 0.6}},
+    "alpha-sa-schedule-gate-trips": {"acceptance": {"mode": "alpha", "alpha": 0.35},
+                                     "speculation": {"draft_len_schedule": {2: 4, 5: 2, 8: 1}, **GATE,
+                                                     "acceptance_rate_threshold": 0.3}},
+    "per-position-pld-open-loop": {"acceptance": {"mode": "per_position", "per_position": [0.9, 0.6, 0.4]},
+                                   "speculation": PLD, "workload": {"arrival": "poisson", "rate": 30.0}},
+    "length-dist-vllm-ranges": {"acceptance": {"mode": "length_dist", "length_dist": [0.3, 0.2, 0.2, 0.3]},
+                                "engine": {"engine": "vllm"},
+                                "speculation": {**VLLM_NGRAM, "max_draft_len": 4,
+                                                "num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 6, 2],
+                                                                                          [7, 8, 1]]}},
 }
 
 
@@ -131,14 +144,36 @@ def test_measured_sa_kernel_cost(tmp_path, monkeypatch, count_calls):
     _assert_spans_match(_config({"cost": {"draft_costs": str(path)}}), monkeypatch, count_calls)
 
 
-@pytest.mark.parametrize("over", [
-    {"speculation": {"enable_global_pool": True}},  # a pool shared across requests
-    {"acceptance": {"mode": "alpha", "alpha": 0.6}},  # a parametric oracle
-])
-def test_other_drafters_keep_the_step_path(over, count_calls):
+@pytest.mark.parametrize("window", [7, 300])
+def test_parametric_spans_draw_the_window_again_where_it_misses(window, monkeypatch, count_calls):
+    """A uniforms window 7 or 300 past the active requests' blocks (of 100 uniforms): a closed-loop
+    client's next request, sent and admitted inside a span, soon falls outside it; the span returns
+    there (``span.WINDOW``), Python draws it again, and nothing changes. With an open loop, whose
+    arrivals come through SimPy, Python draws it before each span."""
+    from specplan.acceptance import oracles
+
+    monkeypatch.setattr(oracles, "_WINDOW", window)
+    statuses = []
+    result = span.result
+
+    def counted(ex):
+        out = result(ex)
+        statuses.append(out[0])
+        return out
+
+    monkeypatch.setattr(span, "result", counted)
+    synthetic = {"trace": None, "num_requests": 120, "prompt_len": 64, "output_len": 100}
+    for arrival in ({"arrival": "closed_loop", "concurrency": 8}, {"arrival": "poisson", "rate": 30.0}):
+        statuses.clear()
+        _assert_spans_match(_config({"acceptance": {"mode": "alpha", "alpha": 0.7},
+                                     "workload": {**synthetic, **arrival}}), monkeypatch, count_calls)
+        assert (statuses.count(span.WINDOW) > 10) == (arrival["arrival"] == "closed_loop")
+
+
+def test_other_drafters_keep_the_step_path(count_calls):
     calls = count_calls(span, "run_span")
     seen = []
-    simulate(_config(over), observe=seen.append)
+    simulate(_config({"speculation": {"enable_global_pool": True}}), observe=seen.append)  # a pool shared across requests
     assert not seen[0]._drafter and not calls
 
 

@@ -107,15 +107,27 @@ class _PerRequestUniforms:
         self._u, self._base = np.zeros(0, dtype=np.float32), 0
 
     def draft(self, rids: np.ndarray, committed: np.ndarray, k: int, survival: np.ndarray):
-        """Each row's drafted count (``draft_budget``'s rule) and accepted count: how many of
-        ``survival`` its next uniform is below, capped at drafted (the inverse-CDF draw of the
-        accepted prefix); one compiled pass."""
+        """Each row's drafted count (``draft_budget``'s rule) and accepted count: how many of the
+        first ``k`` of ``survival`` its next uniform is below, capped at drafted (the inverse-CDF
+        draw of the accepted prefix); one compiled pass."""
         drafted, accepted, lo, hi = _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta,
                                                    self._olen)
         if len(drafted) == len(rids):
             return drafted, accepted
         self._window(lo, hi)
         return _draw_accepted(rids, committed, k, survival, self._u, self._base, self._meta, self._olen)[:2]
+
+    def cover(self, rids: np.ndarray) -> bool:
+        """Draw the window again, where it does not hold every uniform of requests ``rids``, so that
+        it does (the compiled spans draw from it without leaving); True if it was drawn."""
+        if not len(rids):
+            return False
+        lo = int(self._meta[rids, _OFFSET].min())
+        hi = int((self._meta[rids, _OFFSET] + np.maximum(self._olen[rids], 1)).max())
+        if self._base <= lo and hi <= self._base + len(self._u):
+            return False
+        self._window(lo, hi)
+        return True
 
     def _window(self, lo: int, hi: int) -> None:
         # The stream's uniforms lo..hi and on, as one draw of them all would give them: the float32
@@ -143,16 +155,31 @@ def _draw_accepted(rids, committed, k, survival, u, base, meta, olen):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), lo, hi
     drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
-        m, output_len = meta[rids[i]], olen[rids[i]]
-        drafted[i] = _budget(k, output_len, committed[i])
-        x = u[m[_OFFSET] - base + min(m[_STEPS], max(output_len, 1) - 1)]
-        m[_STEPS] += 1
-        hits = 0
-        for s in survival:
-            if x < s:
-                hits += 1
-        accepted[i] = min(hits, drafted[i])
+        drafted[i], accepted[i] = survival_draw(u, base, meta, olen, survival, k, rids[i], committed[i])
     return drafted, accepted, lo, hi
+
+
+@njit(cache=True)
+def in_window(base, size, meta, olen, rid):
+    """Whether a window of ``size`` uniforms from offset ``base`` holds every one of request ``rid``'s."""
+    lo = meta[rid, _OFFSET]
+    return base <= lo and lo + max(olen[rid], 1) <= base + size
+
+
+@njit(cache=True)
+def survival_draw(u, base, meta, olen, survival, k, rid, committed):
+    """Request ``rid``'s next speculative step at ``committed`` tokens, its uniforms in ``u`` (from
+    offset ``base``): (drafted, accepted), the step counted in ``meta``. Also what the compiled
+    spans draw (``draft_span.oracle_draft``)."""
+    m, output_len = meta[rid], olen[rid]
+    drafted = _budget(k, output_len, committed)
+    x = u[m[_OFFSET] - base + min(m[_STEPS], max(output_len, 1) - 1)]
+    m[_STEPS] += 1
+    hits = 0
+    for j in range(min(k, len(survival))):
+        if x < survival[j]:
+            hits += 1
+    return drafted, min(hits, drafted)
 
 
 class SurvivalOracle(AcceptanceOracle):
@@ -177,7 +204,7 @@ class SurvivalOracle(AcceptanceOracle):
         if k <= 0 or len(rids) == 0:
             drafted = self.remaining_draft_budget(rids, committed, k)
             return drafted, np.zeros_like(drafted)
-        return self._uniforms.draft(rids, committed, k, self.survival[:k])
+        return self._uniforms.draft(rids, committed, k, self.survival)
 
 
 def alpha_oracle(alpha: float, prompt_lens, output_lens, seed: int, max_k: int = 64) -> SurvivalOracle:

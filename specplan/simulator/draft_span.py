@@ -2,14 +2,19 @@
 
 An exact drafter that answers from per-request tables (``TableOracle``: SA without the global pool,
 vLLM's n-gram proposer, prompt lookup) keeps no state across requests, so its drafts and
-acceptances can be read in compiled code, in any order. When the executor runs such a drafter on
-one replica, priced by the roofline with ``DraftCost`` drafting, every iteration goes through
-``span.run_span``, which calls these functions around the compiled step, in the executor's order:
+acceptances can be read in compiled code, in any order. A ``SurvivalOracle`` (alpha, per-position,
+length distribution) keeps only per-request state too: each request's step count and its block of
+a uniform stream, drawn into a window (``oracles._PerRequestUniforms``) that Python draws again
+between spans where it misses an active request (``window_covers``, at each loop top). When the
+executor runs such an oracle on one replica, priced by the roofline with ``DraftCost`` drafting,
+every iteration goes through ``span.run_span``, which calls these functions around the compiled
+step, in the executor's order:
 
 - ``before_schedule``: K and on/off before scheduling (``Executor._setup_drafter``), and the
   placeholders each generation row is charged (``control.placeholder_charge``);
 - ``draft_step``: ``update_draft_len`` on the one-model path, then ``prepare_draft_tokens`` from the
-  tables (``table_draft``: ``TableOracle.draft`` with its subclass's ``limit``);
+  oracle (``oracle_draft``: ``TableOracle.draft`` with its subclass's ``limit``, or
+  ``SurvivalOracle.draft``), for the rows the executor asks in its order;
 - ``draft_seconds``: ``Executor._draft_time`` with the oracle's ``state_size``;
 - ``after_commit``: the gate sample of the step (logged for ``trace.gate_samples``), the
   SpeculationGate (one iteration late with the overlap scheduler), and vLLM's proposals for the
@@ -30,11 +35,13 @@ import math
 import numpy as np
 from numba import njit
 
+from specplan.acceptance.oracles import in_window, survival_draw
 from specplan.simulator.control import concurrency_allows, latch_push, sample_rate, verified_width
 from specplan.simulator.draft_state import (
     BAD_SAMPLE, DRAFT, K_NEXT, LAST_SCHEDULED, LIMIT_HF, LIMIT_MODEL_LEN, NEXT_STEP, NUM_DRAFTING, PENDING_SAMPLE,
     SAME_STEP, SAMPLES, STATIC, STEP_K, STEP_SPEC, TRIPPED,
 )
+from specplan.simulator.state import N_ACTIVE
 from specplan.simulator.step import ACCEPTED, DRAFTED, MAX_LEN, MAX_SEQ_LEN, VERIFIED
 
 BAD = -1  # ``after_commit``'s result when a sample cannot be recorded
@@ -106,7 +113,7 @@ def step_drafts(d, a, n, k):
         if at_prefill and ctx[i] and generated[r] == 0 and computed[r] + q_sched[i] >= ctx_target[r]:
             now = True  # the chunk that completes the prompt drafts too
         if now:
-            drafted, accepted = table_draft(tables, rid[r], generated[r], k)
+            drafted, accepted = oracle_draft(tables, rid[r], generated[r], k)
         elif proposed_before and not ctx[i] and pending[r] > 0 and q_sched[i] > 1:
             # vLLM verifies the draft proposed after the last step, trimmed to the tokens scheduled
             drafted = min(pending[r], q_sched[i] - 1)
@@ -122,18 +129,41 @@ def step_drafts(d, a, n, k):
 
 @njit(cache=True)
 def _tables(d):
-    # What ``table_draft`` reads, as one tuple of locals.
-    return d.off, d.tables, d.row_of, d.o_olen, d.o_plen, d.max_new_tokens, d.limit, d.limit_len
+    # What ``oracle_draft`` reads, as one tuple of locals.
+    return (d.off, d.tables, d.row_of, d.o_olen, d.o_plen, d.max_new_tokens, d.limit, d.limit_len, d.survival, d.u,
+            d.u_base, d.u_meta, d.curve)
+
+
+@njit(cache=True)
+def oracle_draft(tables, rid, committed, k):
+    """The oracle's draft of one request at ``committed`` tokens: (drafted, accepted). ``tables`` is
+    ``_tables`` of the ``DraftState``. A ``SurvivalOracle`` counts the step (as its ``draft`` does
+    for every row it is asked, none when K is 0)."""
+    if k <= 0:
+        return 0, 0
+    if tables[8]:
+        return survival_draw(tables[9], tables[10], tables[11], tables[3], tables[12], k, rid, committed)
+    return table_draft(tables, rid, committed, k)
+
+
+@njit(cache=True)
+def window_covers(d, a):
+    """Whether a ``SurvivalOracle``'s window holds every uniform of the active requests (always, for
+    another oracle); a span ends at a loop top where it does not (``span.WINDOW``)."""
+    if not d.survival:
+        return True
+    u_meta, olen, rid, act, base, size = d.u_meta, d.o_olen, a.rid, a.act, d.u_base, len(d.u)
+    for i in range(a.counters[N_ACTIVE]):
+        if not in_window(base, size, u_meta, olen, rid[act[i]]):
+            return False
+    return True
 
 
 @njit(cache=True)
 def table_draft(tables, rid, committed, k):
-    """``TableOracle.draft`` of one request at ``committed`` tokens, with its class's ``limit`` rule
-    and (HF prompt lookup) its cut of the accepted tokens: (drafted, accepted). ``tables`` is
-    ``_tables`` of the ``DraftState``."""
-    off, table, row_of, o_olen, o_plen, max_new_tokens, limit_rule, limit_len = tables
-    if k <= 0:
-        return 0, 0
+    """``TableOracle.draft`` of one request at ``committed`` tokens (``k`` > 0), with its class's
+    ``limit`` rule and (HF prompt lookup) its cut of the accepted tokens: (drafted, accepted)."""
+    off, table, row_of, o_olen, o_plen, max_new_tokens, limit_rule, limit_len = tables[:8]
     olen = o_olen[rid]
     at = table[row_of[k], off[rid] + min(committed, olen - 1)]  # src, avail, run
     limit = k
@@ -230,7 +260,7 @@ def next_drafts(d, a, n, k, max_seq_len):
         if skip:  # the n-gram drafter skipped for the whole batch: dummy tokens, never accepted
             drafted, accepted = num_spec_tokens, 0
         else:
-            drafted, accepted = table_draft(tables, rid[r], generated[r], k)
+            drafted, accepted = oracle_draft(tables, rid[r], generated[r], k)
         if max_model_len >= 0:
             drafted = max(min(drafted, max_model_len - 1 - (plen[r] + generated[r])), 0)
             accepted = min(accepted, drafted)

@@ -2,7 +2,8 @@
 
 ``drafter_for`` decides, once, whether an executor's drafting iterations can span, and builds its
 ``Drafter``: the K tables filled by the executor's own lookups, the oracle's per-request tables
-(``TableOracle.stacked_tables``), the drafting cost's tables (``DraftCost``), the gate's arrays (the
+(``TableOracle.stacked_tables``, or a ``SurvivalOracle``'s uniforms window, step counts and curve),
+the drafting cost's tables (``DraftCost``), the gate's arrays (the
 ``_LatchingWindow``'s own, so Python and the spans feed one gate) and the buffers of the step in
 flight. ``Drafter.values`` gives them as a ``DraftState``'s fields, the ``drafter`` field of the
 executor's ``span.SpanState``; an executor whose spans never draft gets ``inert_values``.
@@ -14,10 +15,12 @@ import numpy as np
 from numba.core import types
 from numba.experimental import structref
 
+from specplan.acceptance.oracles import SurvivalOracle
 from specplan.cost_models.draft import GPU_DRAFTERS, HOST_SPEEDUP, DraftCost
 from specplan.cost_models.roofline import RooflineCostModel
 from specplan.simulator.control import GATE_DENOMINATORS, update_draft_len
 from specplan.simulator.paths import PATHS
+from specplan.simulator.state import N_ACTIVE
 
 # ``DraftState.ints``: vLLM's K for the next step, the last scheduled count, the step's K, whether
 # it speculates and its drafting rows, whether the gate tripped, the samples logged.
@@ -38,7 +41,7 @@ DRAFT_FIELDS = (
     "limit", "limit_len", "max_new_tokens", "max_model_len", "ngram_skip", "num_spec_tokens", "sa_kernel",
     "log_pool", "draft_lens", "host_cols", "speedup", "sa", "sa_batch", "sa_seconds", "gate_ring", "gate_total",
     "gate_counts", "threshold", "feeds_gate", "overlap", "denominator", "drafting", "drafted", "accepted",
-    "pending_accepted", "ints", "floats", "samples",
+    "pending_accepted", "ints", "floats", "samples", "survival", "u", "u_base", "u_meta", "curve",
 )
 
 
@@ -58,12 +61,16 @@ structref.define_proxy(DraftState, DraftStateType, list(DRAFT_FIELDS))
 def drafter_for(ex):
     """An executor's ``Drafter`` when its drafting iterations can run in spans (beside
     ``span.spans``' own conditions), else None: one replica, a ``TableOracle`` whose ``limit`` rule
-    ``draft_span.table_draft`` knows, no SA enhancer, drafting priced by the roofline's ``DraftCost``
-    for a model-free drafter, and every K the schedule gives within the accepted histogram."""
+    ``draft_span.table_draft`` knows, or a ``SurvivalOracle`` (alpha, per-position and length
+    distributions), no SA enhancer, drafting priced by the roofline's ``DraftCost`` for a model-free
+    drafter, and every K the schedule gives within the accepted histogram."""
     oracle, cost = ex.oracle, ex.cost
-    if ex.stepper is not None or ex.s.sa_enhancer or not getattr(oracle, "precomputed", False):
+    if ex.stepper is not None or ex.s.sa_enhancer:
         return None
-    if _limit_rule(oracle) is None or type(cost) is not RooflineCostModel or type(cost.draft) is not DraftCost:
+    if type(oracle) is not SurvivalOracle and (not getattr(oracle, "precomputed", False)
+                                             or _limit_rule(oracle) is None):
+        return None
+    if type(cost) is not RooflineCostModel or type(cost.draft) is not DraftCost:
         return None
     if ex.s.drafter not in GPU_DRAFTERS and ex.s.drafter not in HOST_SPEEDUP:
         return None
@@ -110,7 +117,7 @@ class Drafter:
 
     def __init__(self, ex, k_table: np.ndarray, bounds: np.ndarray, k_update: np.ndarray) -> None:
         s, oracle, rules = ex.s, ex.oracle, PATHS[ex.s.path]
-        off, tables, row_of = oracle.stacked_tables([*k_table.ravel().tolist(), *k_update.tolist()])
+        self.uniforms = oracle._uniforms if type(oracle) is SurvivalOracle else None
         draft = ex.cost.draft
         host, sa = draft.section.ngram_host, draft.section.sa_kernel
         rows = max(s.max_batch_size, 1)
@@ -122,10 +129,9 @@ class Drafter:
             "batch_gate": rules.batch_gate, "budget": _BUDGETS[rules.budget],
             "max_concurrency": -1 if s.max_concurrency is None else int(s.max_concurrency),
             "drafts_at_prefill": bool(oracle.drafts_at_prefill), "proposed_before": rules.budget == "draft",
-            "k_table": k_table, "bounds": bounds, "k_update": k_update, "off": off, "tables": tables,
-            "row_of": row_of,
-            "o_plen": oracle.prompt_lens, "o_olen": oracle.output_lens, "limit": _limit_rule(oracle),
-            "limit_len": int(oracle.settings.max_model_len or 0), "max_new_tokens": oracle.max_new_tokens,
+            "k_table": k_table, "bounds": bounds, "k_update": k_update,
+            **self._oracle_fields(oracle, [*k_table.ravel().tolist(), *k_update.tolist()]),
+            "o_plen": oracle.prompt_lens, "o_olen": oracle.output_lens,
             "max_model_len": -1 if s.max_model_len is None else int(s.max_model_len),
             "ngram_skip": s.max_model_len is not None and s.drafter == "vllm_ngram",
             "num_spec_tokens": int(s.max_draft_len), "sa_kernel": s.drafter in GPU_DRAFTERS,
@@ -147,9 +153,41 @@ class Drafter:
             "samples": np.zeros(_SAMPLE_LOG),
         }
 
+    def _oracle_fields(self, oracle, ks: list) -> dict:
+        # What ``draft_span.oracle_draft`` reads of the oracle: a ``TableOracle``'s stacked tables and
+        # ``limit`` rule, or a ``SurvivalOracle``'s curve and step counts (its window, which moves,
+        # is read in ``values``); the other kind's fields unused.
+        if self.uniforms is not None:
+            unused = np.zeros(1, dtype=np.int64)
+            return {"off": unused, "tables": np.zeros((1, 1, 3), dtype=np.int32), "row_of": unused,
+                    "limit": LIMIT_K, "limit_len": 0, "max_new_tokens": unused, "survival": True,
+                    "u_meta": self.uniforms._meta, "curve": oracle.survival}
+        off, tables, row_of = oracle.stacked_tables(ks)
+        return {"off": off, "tables": tables, "row_of": row_of, "limit": _limit_rule(oracle),
+                "limit_len": int(oracle.settings.max_model_len or 0), "max_new_tokens": oracle.max_new_tokens,
+                "survival": False, "u_meta": np.zeros((1, 2), dtype=np.int64), "curve": np.zeros(1)}
+
+    @property
+    def window(self):
+        """The ``SurvivalOracle``'s uniforms window the spans read (a new array each time it is drawn
+        again), else None."""
+        return None if self.uniforms is None else self.uniforms._u
+
+    def cover(self, ex) -> None:
+        """Before a span: a ``SurvivalOracle``'s window drawn again where it misses a uniform of an
+        active request (``draft_span.window_covers``, checked at each loop top, ends a span there)."""
+        if self.uniforms is not None:
+            st = ex.st
+            self.uniforms.cover(st.rid[st.act[:st.counters[N_ACTIVE]]])
+
     def values(self, ex) -> list:
-        """``DRAFT_FIELDS``' values for the executor's request state as it is now."""
-        return [ex.st.pending_accepted if name == "pending_accepted" else self.fields[name] for name in DRAFT_FIELDS]
+        """``DRAFT_FIELDS``' values for the executor's request state (and the uniforms window) as it is now."""
+        now = {"pending_accepted": ex.st.pending_accepted}
+        if self.uniforms is not None:
+            now.update(u=self.uniforms._u, u_base=int(self.uniforms._base))
+        else:
+            now.update(u=np.zeros(1, dtype=np.float32), u_base=0)
+        return [now[name] if name in now else self.fields[name] for name in DRAFT_FIELDS]
 
     def after_span(self, ex, it: int) -> None:
         """The Python side of a span: its gate samples into the trace, a trip recorded at the
@@ -176,5 +214,7 @@ def inert_values() -> list:
     values.update({name: f for name in ("log_pool", "draft_lens", "sa", "sa_batch", "sa_seconds", "gate_ring",
                                         "gate_total", "floats", "samples")})
     values.update({"k_table": np.zeros((1, 1), dtype=np.int64), "host_cols": np.zeros((1, 1)), "drafting": b,
-                   "speedup": 1.0, "threshold": 0.0, "tables": np.zeros((1, 1, 3), dtype=np.int32)})
+                   "speedup": 1.0, "threshold": 0.0, "tables": np.zeros((1, 1, 3), dtype=np.int32),
+                   "survival": False, "u": np.zeros(1, dtype=np.float32), "u_meta": np.zeros((1, 2), dtype=np.int64),
+                   "curve": f})
     return [values[name] for name in DRAFT_FIELDS]

@@ -21,7 +21,8 @@ numpy arrays indexed by request; the per-row work of c-d, g and h is compiled (n
 touches each iteration a fixed number of times whatever the batch. Each iteration is one
 ``env.timeout(step_time)``, except that iterations ending strictly before the next queued event run
 back to back in one compiled call (``specplan.simulator.span``): draft-free ones, and drafting ones
-of a drafter answering from per-request tables (``specplan.simulator.draft_span``); and that a
+of a drafter answering from per-request tables or of a parametric oracle
+(``specplan.simulator.draft_span``); and that a
 fleet's replica holds a draft-free step in the fleet's loop instead (``specplan.simulator.fleet_loop``).
 """
 
@@ -327,7 +328,7 @@ class Executor:
                 if status == span.PENDING and self.stepper is not None:  # the fleet's loop commits it, spans on
                     status, it, n, step_s = yield self.stepper.hold(self, it, n, step_s)
                 self._last_scheduled = n
-                if status in (span.FULL, span.ADMIT):
+                if status in (span.FULL, span.ADMIT, span.WINDOW):
                     continue
                 if status == span.COMMITTED:  # (the span did the gate's and the drafter's part)
                     finished = 0 if self._quiet_finish else int(self._stats[step.FINISHED])  # (released there)

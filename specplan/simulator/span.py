@@ -5,8 +5,9 @@ client's think time, another replica's step) cannot be touched by anything else 
 environment: no other process runs before it ends. The executor runs such iterations in
 ``run_span`` with the same compiled ``schedule_step``, ``price_step`` and ``commit_step`` it uses one
 at a time: iterations without drafts (no drafter, or a latched gate), and drafting ones when the
-drafter answers from per-request tables (``specplan.simulator.draft_span``, which does the K
-rules, the drafts, the gate and vLLM's proposals in the executor's order). It returns to SimPy when
+drafter answers from per-request tables or the acceptance is parametric
+(``specplan.simulator.draft_span``, which does the K rules, the drafts, the gate and vLLM's
+proposals in the executor's order). It returns to SimPy when
 
 - the next iteration would end at or after the next queued event (``PENDING``: it comes back
   scheduled and priced, and the executor yields its timeout as usual);
@@ -18,7 +19,9 @@ rules, the drafts, the gate and vLLM's proposals in the executor's order). It re
 - a resumed pending step was committed and requests that arrived during it have room
   (``COMMITTED`` as well: they are admitted in Python);
 - the SpeculationGate tripped (``COMMITTED``: the executor records it);
-- the logs need room (``FULL``), or a step cannot be scheduled or broke the KV accounting.
+- the logs need room (``FULL``), a ``SurvivalOracle``'s uniforms window misses an active request
+  (``WINDOW``, at a loop top: Python draws it again), or a step cannot be scheduled or broke the KV
+  accounting.
 
 Where the spans submit the arrivals themselves (``open_loop``: one replica, no drafts, completions
 heard by nothing but the request state), no step is pending: at the next arrival's time the span
@@ -54,7 +57,7 @@ from specplan.cost_models.roofline import roofline_step_time
 from specplan.errors import ConfigError
 from specplan.simulator import draft_state
 from specplan.simulator.control import V1_BUDGET, placeholder_charge
-from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step
+from specplan.simulator.draft_span import after_commit, before_schedule, draft_seconds, draft_step, window_covers
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED, DraftState
 from specplan.simulator import closed_loop
 from specplan.simulator.closed_loop import CLOSED, VISIBLE, ClosedLoop, owns_clients
@@ -67,7 +70,7 @@ from specplan.simulator import state
 from specplan.simulator.state import N_ACTIVE, RELEASED
 from specplan.simulator.step import EMITTED, FINISHED, KV_GROWN, commit_step, price_step
 
-PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN, ADMIT = range(6)
+PENDING, COMMITTED, FULL, NOTHING_FITS, KV_BROKEN, ADMIT, WINDOW = range(7)
 
 #: What a replica's spans read and write that stays the same object from call to call: the request
 #: state, the step buffers, the logs and the settings. One ``SpanState`` passes them all: a call
@@ -218,6 +221,8 @@ def run(ex, it: int, resume: Optional[tuple[int, float, float]]) -> tuple[int, i
     log, its = ex.trace.emissions, ex.trace.iterations
     log.reserve(ex.s.max_batch_size)
     its.reserve()
+    if ex._drafter:
+        ex._drafter.cover(ex)
     horizon = ex.env.peek() if ex.stepper is None else ex.stepper.horizon()
     # (the clock as a float: SimPy's starts at the int 0, and a second signature is a second kernel to load)
     run_span(state_for(ex), log.n, its.n, float(ex.env.now), float(horizon), it, len(ex.waiting),
@@ -235,8 +240,9 @@ def span_charge(ex) -> Optional[int]:
 
 
 def state_for(ex) -> SpanState:
-    """An executor's ``SpanState`` (kept on it), built again once its state or a log grew into new arrays."""
-    arrays = ex.st.plen, ex.trace.emissions.request, ex.trace.iterations.rows
+    """An executor's ``SpanState`` (kept on it), built again once its state or a log grew into new arrays
+    (or its drafter's uniforms window was drawn again)."""
+    arrays = ex.st.plen, ex.trace.emissions.request, ex.trace.iterations.rows, ex._drafter and ex._drafter.window
     if ex._of is None or any(map(operator.is_not, arrays, ex._of)):
         ex._span, ex._of = state_of(ex), arrays
     return ex._span
@@ -332,6 +338,9 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
             horizon = np.inf if owns == CLOSED else next_event(a.arrival_times, arrived)
         if it_n == len(iteration_log) or em_n + max_batch_size > len(em_request) or ints[SAMPLES] == len(samples):
             status = FULL
+            break
+        if drafts and not window_covers(d, a):
+            status = WINDOW
             break
         if drafts:
             k, spec, charge = before_schedule(d, a, counters[N_ACTIVE])
