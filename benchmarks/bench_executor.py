@@ -8,6 +8,9 @@ Cases (scenarios under ``benchmarks/scenarios/``):
 - ``realistic-sa`` (``realistic-sa.yaml``): the suffix automaton drafting for real on Spec-Bench,
   8,000 requests at batch 64, roofline H200 / Llama-3.1-8B. Targets: >= 1,500,000 output tokens per
   CPU-second for the whole process, >= 4,000,000 in the loop.
+- ``realistic-sa-profile`` (``realistic-sa-profile.yaml``): the same run priced by the calibrated
+  model, from a profile in the measured format (a stand-in: the roofline's times at the grid points),
+  the path a user's ``specplan calibrate`` profile takes. The same targets.
 
 Each run is a child process, ``python -m specplan simulate SCENARIO --format json``, its CPU time
 (user + sys, from ``getrusage(RUSAGE_CHILDREN)``) covering interpreter start, imports, the workload,
@@ -18,7 +21,7 @@ The in-loop figure is apart and labelled so: ``Executor.run`` alone (``loop_time
 inside ``--runs`` more children of its own (``--loop-child``), the rest of the process excluded. The
 Vidur-shaped scenario is ``benchmarks/bench_vidur.py``.
 
-    python benchmarks/bench_executor.py [--case steady|realistic-sa|all] [--runs 3]
+    python benchmarks/bench_executor.py [--case steady|realistic-sa|realistic-sa-profile|all] [--runs 3]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ SCENARIOS = ROOT / "benchmarks" / "scenarios"
 CASES = {
     "steady": ("steady.yaml", 2_000_000, None, 200.0),
     "realistic-sa": ("realistic-sa.yaml", 1_500_000, 4_000_000, None),
+    "realistic-sa-profile": ("realistic-sa-profile.yaml", 1_500_000, 4_000_000, None),
 }
 
 
@@ -84,7 +88,7 @@ def measure(case: str, runs: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="all", help="steady, realistic-sa or all")
+    ap.add_argument("--case", default="all", help="steady, realistic-sa, realistic-sa-profile or all")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--loop-child", metavar="SCENARIO", help=argparse.SUPPRESS)  # the in-loop child
     args = ap.parse_args()
@@ -92,7 +96,7 @@ def main() -> None:
         loop_child(args.loop_child)
         return
     if args.case != "all" and args.case not in CASES:
-        bad_input(f"--case: {args.case!r} is not a case; give steady, realistic-sa or all")
+        bad_input(f"--case: {args.case!r} is not a case; give steady, realistic-sa, realistic-sa-profile or all")
     if args.runs < 1:
         bad_input("--runs: give a positive number of runs")
     for case in CASES if args.case == "all" else [args.case]:

@@ -24,19 +24,20 @@ A profile file (YAML, ``format: specplan-profile/1``) is either
 
 from __future__ import annotations
 
-import bisect
 import math
 import warnings
 from pathlib import Path
 from typing import Literal, Optional
 
+import numpy as np
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from specplan.config import StrictModel, format_validation_error
 from specplan.cost_models.draft import HOST_SPEEDUP, DraftCost, DraftCostSection
 from specplan.config import CostConfig
-from specplan.cost_models.terms import BatchTerms, TermsCostModel, padded_tokens, tp_comm_s
+from specplan.cost_models.profile_step import OUTSIDE, params_of, priced_tokens, profile_step_time, segment
+from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.atomic import atomic_write_text
 from specplan.errors import ConfigError, read_failure
 from specplan.strict_yaml import strict_load
@@ -191,20 +192,14 @@ def write_profile(profile: ProfileFile, path: str | Path) -> None:
 class Segments:
     """Piecewise-linear curve through the knots; past either end, the end segment extended with its slope
     clamped at >= 0 and the value floored at 0, so extrapolation never predicts a negative or shrinking
-    time from a noisy end segment."""
+    time from a noisy end segment (``profile_step.segment``)."""
 
     def __init__(self, curve: Curve) -> None:
-        self.x = [float(t) for t in curve.tokens]
-        self.y = list(curve.seconds)
+        self.x = np.array(curve.tokens, dtype=np.float64)
+        self.y = np.array(curve.seconds, dtype=np.float64)
 
     def __call__(self, n: float) -> float:
-        x, y = self.x, self.y
-        if n > x[-1]:
-            return y[-1] + max(y[-1] - y[-2], 0.0) / (x[-1] - x[-2]) * (n - x[-1])
-        if n < x[0]:
-            return max(y[0] + max(y[1] - y[0], 0.0) / (x[1] - x[0]) * (n - x[0]), 0.0)
-        i = min(bisect.bisect_right(x, n) - 1, len(x) - 2)
-        return y[i] + (y[i + 1] - y[i]) * (n - x[i]) / (x[i + 1] - x[i])
+        return segment(self.x, self.y, float(n))
 
 
 class ProfileCostModel(TermsCostModel):
@@ -219,14 +214,23 @@ class ProfileCostModel(TermsCostModel):
         self.profile, self.options, self.source = profile, options, source or profile.name
         self._g = Segments(profile.token_time)
         self._h = Segments(profile.lm_head_time)
-        a = profile.attention
-        self._a_kv, self._a_dec, self._a_pre = a.kv_s_per_token, a.decode_work_s, a.prefill_work_s
-        self._range = profile.measured_range
         self._warned: set[str] = set()
         if profile.tp > 1 and allreduce is None:
             raise ConfigError(f"{self.source}: tp {profile.tp} needs all-reduce parameters (a catalogued gpu)")
-        self._allreduce = allreduce or (0.0, 1.0)  # unused at TP 1
+        self.params = self._params(allreduce or (0.0, 1.0))  # (links unused at TP 1)
+        self.outside = np.full((2, len(OUTSIDE)), np.nan)  # what compiled spans noted (``warn_outside``)
         self.draft = draft
+
+    def _params(self, allreduce: tuple[float, float]) -> np.ndarray:
+        # ``profile_step.params_of``: what the compiled step time reads, in its positions.
+        p, o, r, a = self.profile, self.options, self.profile.measured_range, self.profile.attention
+        pad = o.cuda_graph_padding if p.cuda_graph_padding is None else p.cuda_graph_padding
+        host = (o.host_overhead_s, o.host_overhead_per_seq_s) if p.host is None else (p.host.step_s, p.host.per_seq_s)
+        shape = p.model_shape
+        settings = [float(pad), o.cuda_graph_max_tokens, a.kv_s_per_token, a.decode_work_s, a.prefill_work_s,
+                    shape.num_layers, shape.hidden, shape.vocab, p.tp, *allreduce, *host, *r.tokens,
+                    *r.logit_tokens, r.max_context, 0, 0]
+        return params_of(settings, self._g.x, self._g.y, self._h.x, self._h.y)
 
     def _warn_outside(self, what: str, value: float, lo: float, hi: float) -> None:
         if what not in self._warned and not lo <= value <= hi:
@@ -240,34 +244,45 @@ class ProfileCostModel(TermsCostModel):
         """Seconds for one forward, host overhead included (0 for an empty batch)."""
         if t.num_seqs == 0:
             return 0.0
-        o, r = self.options, self._range
-        pad = o.cuda_graph_padding if self.profile.cuda_graph_padding is None else self.profile.cuda_graph_padding
-        n = padded_tokens(t.num_tokens, o.cuda_graph_max_tokens) if pad else t.num_tokens
-        self._warn_outside("total tokens", n, *r.tokens)
-        self._warn_outside("logit tokens", t.logit_tokens, *r.logit_tokens)
-        self._warn_outside("context", t.max_context, 0, r.max_context)
-        shape = self.profile.model_shape
-        comm = tp_comm_s(n, t.logit_tokens, shape.num_layers, shape.hidden, shape.vocab, self.profile.tp,
-                         *self._allreduce)
-        attention = (self._a_kv * (t.kv_decode + t.kv_prefill) + self._a_dec * t.work_decode
-                     + self._a_pre * t.work_prefill)
-        host = self._host_s(t.num_seqs)
-        return self._g(n) + self._h(t.logit_tokens) + attention + comm + host
+        self.warn_outside()  # what spans noted before this step, first
+        p = self.params
+        for what, value, bounds in zip(OUTSIDE, (priced_tokens(p, t.num_tokens), t.logit_tokens, t.max_context),
+                                       self._bounds()):
+            self._warn_outside(what, value, *bounds)
+        return profile_step_time(p, t.num_seqs, t.num_tokens, t.logit_tokens, t.kv_decode, t.kv_prefill,
+                                 t.work_decode, t.work_prefill)
 
-    def _host_s(self, num_seqs: int) -> float:
-        """The profile's measured host terms, else the cost options' (``HostTerms``)."""
-        h, o = self.profile.host, self.options
-        if h is None:
-            return o.host_overhead_s + o.host_overhead_per_seq_s * num_seqs
-        return h.step_s + h.per_seq_s * num_seqs
+    def _bounds(self) -> tuple:
+        # The measured range of each ``OUTSIDE`` check.
+        r = self.profile.measured_range
+        return r.tokens, r.logit_tokens, (0, r.max_context)
+
+    def warn_outside(self) -> None:
+        """The range warnings of what compiled spans priced (``profile_step.note_outside`` into
+        ``outside``), in the order their steps met them, as ``step_time_terms`` gives them; clears it.
+        The spans call it when they return, and every step priced in Python first."""
+        noted = self.outside
+        if np.isnan(noted[0]).all():
+            return
+        for j in sorted(np.flatnonzero(~np.isnan(noted[0])).tolist(), key=lambda j: noted[1, j]):
+            self._warn_outside(OUTSIDE[j], int(noted[0, j]), *self._bounds()[j])
+        noted[:] = np.nan
 
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         """Drafting seconds: a host drafter from the profile's measured ``host`` terms when it has them,
         else the profile's ``draft`` section or the bundled costs (``DraftCost``)."""
-        h = self.profile.host
-        if h is not None and h.draft_step_s is not None and drafter in HOST_SPEEDUP and num_requests > 0 and k > 0:
-            return h.draft_step_s + (h.draft_per_seq_s or 0.0) * num_requests
+        terms = self.host_draft_terms(drafter)
+        if terms is not None and num_requests > 0 and k > 0:
+            return terms[0] + terms[1] * num_requests
         return self.draft.time(drafter, num_requests, k, pool_entries)
+
+    def host_draft_terms(self, drafter: str) -> Optional[tuple[float, float]]:
+        """``(draft_step_s, draft_per_seq_s)`` where the profile's measured host terms price
+        ``drafter``'s drafting (a host drafter), else None."""
+        h = self.profile.host
+        if h is None or h.draft_step_s is None or drafter not in HOST_SPEEDUP:
+            return None
+        return h.draft_step_s, h.draft_per_seq_s or 0.0
 
     def describe(self) -> str:
         p = self.profile.provenance

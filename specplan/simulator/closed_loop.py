@@ -101,7 +101,7 @@ def arrays(closed_loop: ClosedLoop) -> tuple:
 @njit(cache=True)
 def on_finish(a, count, t):
     """The ``count`` completions of the step committed at ``t`` (``a.finished``, in order), in the span
-    (``a``, a ``span.SpanState``): their blocks cached, and each one's client's next request sent."""
+    (``a``, a ``span_state.SpanState``): their blocks cached, and each one's client's next request sent."""
     ints, sent, times, rid = a.arrival_ints, a.arrival_order, a.arrival_times, a.rid
     for j in range(count):
         g = rid[a.finished[j]]

@@ -6,7 +6,8 @@ acceptances can be read in compiled code, in any order. A ``SurvivalOracle`` (al
 length distribution) keeps only per-request state too: each request's step count and its block of
 a uniform stream, drawn into a window (``oracles._PerRequestUniforms``) that Python draws again
 between spans where it misses an active request (``window_covers``, at each loop top). When the
-executor runs such an oracle on one replica, priced by the roofline with ``DraftCost`` drafting,
+executor runs such an oracle on one replica, priced by the roofline or a measured profile
+(``span_state.span_pricing``) with ``DraftCost`` drafting or the profile's host terms,
 every iteration goes through ``span.run_span``, which calls these functions around the compiled
 step, in the executor's order:
 
@@ -182,7 +183,8 @@ def table_draft(tables, rid, committed, k):
 @njit(cache=True)
 def draft_seconds(d, a, n, k, num):
     """``Executor._draft_time`` of the step's ``num`` drafting rows: ``DraftCost.time`` at the
-    oracle's ``state_size`` (their mean history length, floored)."""
+    oracle's ``state_size`` (their mean history length, floored), or a measured profile's host
+    drafting terms (``ProfileCostModel.draft_time``)."""
     drafting, rows, rid, generated, o_plen = d.drafting, a.rows, a.rid, a.generated, d.o_plen
     total = 0
     for i in range(n):
@@ -192,6 +194,8 @@ def draft_seconds(d, a, n, k, num):
     pool = total // num
     if k <= 0:
         return 0.0
+    if len(d.host_draft):  # the profile's draft_step_s + draft_per_seq_s per drafting row
+        return d.host_draft[0] + d.host_draft[1] * num
     if d.sa_kernel:  # DraftCost.sa_kernel_s
         base_s, sm_count, doubling, reference = d.sa[0], d.sa[1], d.sa[2], d.sa[3]
         if len(d.sa_batch):

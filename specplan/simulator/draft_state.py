@@ -6,7 +6,7 @@
 the drafting cost's tables (``DraftCost``), the gate's arrays (the
 ``_LatchingWindow``'s own, so Python and the spans feed one gate) and the buffers of the step in
 flight. ``Drafter.values`` gives them as a ``DraftState``'s fields, the ``drafter`` field of the
-executor's ``span.SpanState``; an executor whose spans never draft gets ``inert_values``.
+executor's ``span_state.SpanState``; an executor whose spans never draft gets ``inert_values``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from numba.experimental import structref
 
 from specplan.acceptance.oracles import SurvivalOracle
 from specplan.cost_models.draft import GPU_DRAFTERS, HOST_SPEEDUP, DraftCost
-from specplan.cost_models.roofline import RooflineCostModel
 from specplan.simulator.control import GATE_DENOMINATORS, update_draft_len
 from specplan.simulator.paths import PATHS
 from specplan.simulator.state import N_ACTIVE
@@ -41,7 +40,7 @@ DRAFT_FIELDS = (
     "limit", "limit_len", "max_new_tokens", "max_model_len", "ngram_skip", "num_spec_tokens", "sa_kernel",
     "log_pool", "draft_lens", "host_cols", "speedup", "sa", "sa_batch", "sa_seconds", "gate_ring", "gate_total",
     "gate_counts", "threshold", "feeds_gate", "overlap", "denominator", "drafting", "drafted", "accepted",
-    "pending_accepted", "ints", "floats", "samples", "survival", "u", "u_base", "u_meta", "curve",
+    "pending_accepted", "ints", "floats", "samples", "survival", "u", "u_base", "u_meta", "curve", "host_draft",
 )
 
 
@@ -52,7 +51,7 @@ class DraftStateType(types.StructRef):
 
 
 class DraftState(structref.StructRefProxy):
-    """``DRAFT_FIELDS`` of one executor, the ``drafter`` field of its ``span.SpanState``."""
+    """``DRAFT_FIELDS`` of one executor, the ``drafter`` field of its ``span_state.SpanState``."""
 
 
 structref.define_proxy(DraftState, DraftStateType, list(DRAFT_FIELDS))
@@ -70,7 +69,7 @@ def drafter_for(ex):
     if type(oracle) is not SurvivalOracle and (not getattr(oracle, "precomputed", False)
                                              or _limit_rule(oracle) is None):
         return None
-    if type(cost) is not RooflineCostModel or type(cost.draft) is not DraftCost:
+    if ex._span_cost is None or type(cost.draft) is not DraftCost:
         return None
     if ex.s.drafter not in GPU_DRAFTERS and ex.s.drafter not in HOST_SPEEDUP:
         return None
@@ -91,6 +90,13 @@ def _k_tables(ex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         table, bounds = np.array([[ex._lookup(size)] for size in sizes], dtype=np.int64), (0,)
     update = [update_draft_len(s.draft_len_schedule, size, s.max_draft_len, s.schedule_lookup) for size in sizes]
     return table, np.asarray(bounds, dtype=np.int64), np.array(update, dtype=np.int64)
+
+
+def _host_draft(ex) -> np.ndarray:
+    # A measured profile's host drafting terms where ``ProfileCostModel.draft_time`` takes them, else
+    # none (the roofline has no such method): ``DraftCost`` prices the drafting.
+    terms = getattr(ex.cost, "host_draft_terms", lambda drafter: None)(ex.s.drafter)
+    return np.zeros(0) if terms is None else np.array(terms, dtype=float)
 
 
 def _limit_rule(oracle):
@@ -143,6 +149,7 @@ class Drafter:
             "sa": np.array([sa.base_s, draft.sm_count, sa.size_doubling_factor, sa.reference_size], dtype=float),
             "sa_batch": np.asarray(sa.batch if sa.batch is not None else [], dtype=float),
             "sa_seconds": np.asarray(sa.seconds if sa.seconds is not None else [], dtype=float),
+            "host_draft": _host_draft(ex),
             "gate_ring": ring, "gate_total": total, "gate_counts": counts,
             "threshold": float(ex.gate.threshold) if ex.gate is not None else 0.0, "feeds_gate": ex.gate is not None,
             "overlap": bool(s.overlap_scheduler), "denominator": GATE_DENOMINATORS[s.gate_denominator],
@@ -212,7 +219,7 @@ def inert_values() -> list:
     values.update({name: i for name in ("bounds", "k_update", "off", "row_of", "o_plen", "o_olen", "max_new_tokens",
                                         "drafted", "accepted", "pending_accepted", "gate_counts", "ints")})
     values.update({name: f for name in ("log_pool", "draft_lens", "sa", "sa_batch", "sa_seconds", "gate_ring",
-                                        "gate_total", "floats", "samples")})
+                                        "gate_total", "floats", "samples", "host_draft")})
     values.update({"k_table": np.zeros((1, 1), dtype=np.int64), "host_cols": np.zeros((1, 1)), "drafting": b,
                    "speedup": 1.0, "threshold": 0.0, "tables": np.zeros((1, 1, 3), dtype=np.int32),
                    "survival": False, "u": np.zeros(1, dtype=np.float32), "u_meta": np.zeros((1, 2), dtype=np.int64),

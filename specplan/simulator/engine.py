@@ -36,10 +36,9 @@ import simpy
 from specplan import memory
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
-from specplan.cost_models.roofline import RooflineCostModel
 from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
-from specplan.simulator import control, span, step
+from specplan.simulator import control, span, span_state, step
 from specplan.simulator.control import LegacySpeculationGate, SpeculationGate
 from specplan.simulator.drafts import SeqSlots, prepare_draft_tokens, propose_draft_token_ids
 from specplan.simulator.emissions import EmissionLog, IterationLog, Trace
@@ -101,7 +100,7 @@ class Executor:
         self.env = env if env is not None else simpy.Environment()
         self.frontend = frontend if frontend is not None else Frontend(self.env, workload, self.submit)
         self.waiting: list[int] = []  # ids of requests arrived, not yet active (FIFO)
-        self._arrivals = None  # an OpenLoop or a ClosedLoop when the spans send the requests (``span.arrivals_for``)
+        self._arrivals = None  # an OpenLoop or a ClosedLoop when the spans send the requests (``span_state.arrivals_for``)
         self._wakeup: Optional[simpy.Event] = None
         self._pending_sample: Optional[float] = None  # overlap scheduler: last iteration's gate sample
         self._last_scheduled = 0
@@ -115,11 +114,10 @@ class Executor:
         self._terms, self._stats = np.zeros(step.NUM_TERMS), np.zeros(step.NUM_STATS, dtype=np.int64)
         self._finished, self._record = np.zeros(rows, dtype=np.int64), np.zeros(8)
         self._span_out, self._span_time = np.zeros(5, dtype=np.int64), np.zeros(2)
-        self._span = self._of = self._lent = None  # the span.SpanState, arrays it was built of, arrays it borrows
+        self._span = self._of = self._lent = None  # the span_state.SpanState, arrays it was built of, arrays it borrows
         self._drafter = None  # its draft_state.Drafter once its drafting steps span (False: they never do)
         self.stepper, self.replica = None, 0  # in a fleet: its ``fleet_loop.Stepper`` and this replica's index
-        # Spans price with the roofline's compiled formula; other costs go through Python every step.
-        self._span_cost = cost.coefficients if type(cost) is RooflineCostModel else None
+        self._span_cost = span_state.span_pricing(cost)  # (spans price it compiled; others: Python every step)
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
         # The path's rules as the compiled step takes them.
@@ -382,13 +380,14 @@ class Executor:
         t.n, t.arrival = n, self.frontend.arrival
         t.plen, t.olen = (np.asarray(a, dtype=np.int64) for a in (self.w.prompt_lens, self.w.output_lens))
         st.scatter()  # the requests still in slots (those recycled wrote theirs then)
+        span.warn_outside(self)  # (a fleet's last spans return to no result)
         if per_request:
             t.first_token, t.finish, t.generated = st.results
         return t
 
     def run(self) -> Trace:
         """Run to completion (or ``max_sim_time``) and return the recorded trace."""
-        self._arrivals = span.arrivals_for(self)
+        self._arrivals = span_state.arrivals_for(self)
         if self._arrivals is None:
             self.frontend.start()
         else:  # (the spans release the finished slots, cache their blocks and send the next requests)

@@ -35,7 +35,7 @@ from numba.core import types
 from numba.experimental import structref
 from simpy.events import NORMAL
 
-from specplan.simulator import span
+from specplan.simulator import span, span_state
 from specplan.simulator.span import run_span
 
 # Columns of ``FleetState.ints`` and ``.floats``: a replica's held step (its rows, 0 when none held,
@@ -64,7 +64,7 @@ structref.define_proxy(FleetState, FleetStateType, ["reps", "ints", "floats", "o
 
 @njit(cache=True)
 def fleet_state(reps, ints, floats, out, out_time):
-    """A ``FleetState`` (compiled and cached, like ``span.span_state``)."""
+    """A ``FleetState`` (compiled and cached, like ``span_state.span_state``)."""
     return FleetState(reps, ints, floats, out, out_time)
 
 
@@ -166,7 +166,7 @@ class Stepper:
         for i in self._touched:
             ex = self.replicas[i]
             self.ints[i, QUEUED] = len(ex.waiting)  # once here rather than at each of a burst's arrivals
-            state = span.state_for(ex)
+            state = span_state.state_for(ex)
             rebuild = rebuild or state is not spans[i]
             spans[i] = state
         self._touched.clear()

@@ -1,0 +1,155 @@
+"""A measured profile priced in the compiled spans (``cost_models/profile_step.py``) against every step
+through SimPy and Python one at a time (``Executor._spans`` forced off): the same tables, summary and
+range warnings, in the same order, bit for bit: draft-free (open loop in the spans, closed loop, a
+fleet), drafting (SA's kernel from the draft table, vLLM n-gram on the profile's host terms) and
+parametric acceptance; and the step time itself by hand."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from specplan.config import CostConfig, build_config
+from specplan.cost_models.draft import DraftCost
+from specplan.cost_models.profile import ProfileCostModel, parse_profile
+from specplan.cost_models.terms import BatchTerms
+from specplan.simulator.engine import Executor
+from specplan.simulator.run import simulate
+
+# Llama-3.1-8B-like on one GPU; measured up to 1,024 tokens and 1,500 context, so Spec-Bench's longer
+# prompts and contexts price outside the range and warn.
+PROFILE = {
+    "format": "specplan-profile/1", "name": "test/measured", "gpu": "h200", "tp": 1,
+    "provenance": {"kind": "measured", "source": "hand-written for the tests"},
+    "model_shape": {"name": "llama-3.1-8b", "num_layers": 32, "hidden": 4096, "vocab": 128256},
+    "token_time": {"tokens": [1, 16, 64, 256, 1024], "seconds": [4.1e-3, 4.3e-3, 4.9e-3, 8.5e-3, 27e-3]},
+    "lm_head_time": {"tokens": [1, 64, 512], "seconds": [6e-5, 1.5e-4, 9e-4]},
+    "attention": {"kv_s_per_token": 2.5e-8, "decode_work_s": 1e-12, "prefill_work_s": 3e-12},
+    "measured_range": {"tokens": [1, 1024], "logit_tokens": [1, 256], "max_context": 1500, "max_batch": 64},
+}
+HOST = {"step_s": 9e-5, "per_seq_s": 3e-6, "draft_step_s": 4e-5, "draft_per_seq_s": 7e-6}
+
+BASE = {"seed": 5, "engine": {"max_batch_size": 8, "max_num_tokens": 2048},
+        "speculation": {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1},
+        "acceptance": {"mode": "drafter"},
+        "workload": {"trace": "specbench", "num_requests": 60, "arrival": "closed_loop", "concurrency": 8}}
+NONE = {"decoding_type": "none"}
+VLLM_NGRAM = {"decoding_type": "vllm_ngram", "max_draft_len": 3, "max_matching_ngram_size": 3}
+
+CASES = {
+    "sa": ({}, {}),
+    "sa-alpha-host-terms": ({"acceptance": {"mode": "alpha", "alpha": 0.7}}, {"host": HOST}),
+    "vllm-ngram-host-drafting": ({"engine": {"engine": "vllm"}, "speculation": VLLM_NGRAM}, {"host": HOST}),
+    "no-speculation-open-loop": ({"speculation": NONE, "workload": {"arrival": "poisson", "rate": 30.0}},
+                                 {"cuda_graph_padding": False}),
+    "no-speculation-fleet": ({"speculation": NONE, "workload": {"arrival": "poisson", "rate": 30.0},
+                              "cluster": {"replicas": 3, "router": "least_outstanding"}}, {}),
+}
+
+
+def _config(tmp_path, over: dict, profile: dict):
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump({**PROFILE, **profile}))
+    data = {key: dict(value) for key, value in BASE.items() if isinstance(value, dict)} | {"seed": BASE["seed"]}
+    for key, value in over.items():
+        data[key] = {**data.get(key, {}), **value}
+    data["cost"] = {"model": "profile", "profile": str(path)}
+    return build_config(data)
+
+
+def _run(cfg, monkeypatch, step_at_a_time: bool):
+    with monkeypatch.context() as m, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if step_at_a_time:
+            m.setattr(Executor, "_spans", lambda self: False)
+        result = simulate(cfg)
+    return result, [str(w.message) for w in caught if "measured range" in str(w.message)]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_profile_spans_match_one_step_at_a_time(name, tmp_path, monkeypatch, count_calls):
+    cfg = _config(tmp_path, *CASES[name])
+    commits = count_calls(Executor, "_commit")  # a step through Python
+    fast, fast_warned = _run(cfg, monkeypatch, False)
+    assert not commits, "every step should have run in a span"
+    slow, slow_warned = _run(cfg, monkeypatch, True)
+    assert len(commits) == slow.summary["iterations"]
+    for table in ("requests", "iterations", "emissions"):
+        pd.testing.assert_frame_equal(getattr(fast, table), getattr(slow, table), check_exact=True)
+    assert fast.summary == slow.summary
+    assert fast_warned == slow_warned and len(slow_warned) >= 2  # the prompts and contexts outside the range
+
+
+def test_step_time_by_hand():
+    """Two decode rows verifying 3 positions over 100 context and one 40-token prefill chunk over 10,
+    TP 1, padded: tokens 6 + 40 = 46 pad to 48; g(48) between 16 and 64; logits 6 + 1 = 7; KV
+    2 * 103 + 50; work 2 * 3 * (100 + 2) and 40 * (10 + 20.5); host 9e-5 + 3 * 3e-6."""
+    model = ProfileCostModel(parse_profile(yaml.safe_dump({**PROFILE, "host": HOST}), "test"), DraftCost.default(132),
+                             CostConfig())
+    terms = BatchTerms(num_seqs=3, num_tokens=46, logit_tokens=7, kv_decode=206.0, kv_prefill=50.0,
+                       work_decode=612.0, work_prefill=1220.0, max_context=103, context_tokens=210, verify_rows=2)
+    g = 4.3e-3 + (4.9e-3 - 4.3e-3) * (48 - 16) / (64 - 16)
+    h = 6e-5 + (1.5e-4 - 6e-5) * (7 - 1) / (64 - 1)
+    by_hand = g + h + (2.5e-8 * 256 + 1e-12 * 612 + 3e-12 * 1220) + 0.0 + (9e-5 + 3e-6 * 3)
+    assert model.step_time_terms(terms) == pytest.approx(by_hand, rel=1e-12)
+    assert model.draft_time("vllm_ngram", 5, 3) == pytest.approx(4e-5 + 5 * 7e-6, rel=1e-12)
+    assert model.draft_time("SA", 5, 3) == DraftCost.default(132).time("SA", 5, 3)  # SA: the kernel's table
+
+
+def test_range_warnings_come_in_the_order_the_steps_met_them():
+    """Noted out of order (context before tokens): warned in the noted order, once each, then cleared."""
+    model = ProfileCostModel(parse_profile(yaml.safe_dump(PROFILE), "test"), DraftCost.default(132), CostConfig())
+    model.outside[:] = np.array([[2000.0, np.nan, 1600.0], [1.0, np.nan, 0.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.warn_outside()
+        model.warn_outside()
+    assert [str(w.message).split(": ")[1].split(" is")[0] for w in caught] == ["context 1600", "total tokens 2000"]
+    assert np.isnan(model.outside).all()
+
+
+def _reference_segment(x, y, n):
+    # The model's curve in plain Python floats (the rule ``profile.Segments`` documents).
+    if n > x[-1]:
+        return y[-1] + max(y[-1] - y[-2], 0.0) / (x[-1] - x[-2]) * (n - x[-1])
+    if n < x[0]:
+        return max(y[0] + max(y[1] - y[0], 0.0) / (x[1] - x[0]) * (n - x[0]), 0.0)
+    i = min(max(j for j in range(len(x)) if x[j] <= n), len(x) - 2)
+    return y[i] + (y[i + 1] - y[i]) * (n - x[i]) / (x[i + 1] - x[i])
+
+
+def _reference_step(profile: dict, options: CostConfig, t: BatchTerms) -> float:
+    # The module docstring's step time in plain Python floats, term by term in its order (TP 1).
+    n = t.num_tokens
+    if options.cuda_graph_padding and 2 < n <= options.cuda_graph_max_tokens:
+        n = 4 if n <= 4 else -(-n // 8) * 8
+    g, h, a, host = profile["token_time"], profile["lm_head_time"], profile["attention"], profile["host"]
+    attention = (a["kv_s_per_token"] * (t.kv_decode + t.kv_prefill) + a["decode_work_s"] * t.work_decode
+                 + a["prefill_work_s"] * t.work_prefill)
+    return (_reference_segment([float(v) for v in g["tokens"]], g["seconds"], n)
+            + _reference_segment([float(v) for v in h["tokens"]], h["seconds"], t.logit_tokens)
+            + attention + 0.0 + (host["step_s"] + host["per_seq_s"] * t.num_seqs))
+
+
+def test_compiled_step_time_is_the_formula_to_the_bit():
+    """2,000 random batches, inside the measured range and past both ends (the end segments, the
+    floor at 0, a falling end segment held flat): the compiled step time equals the formula in plain
+    Python floats exactly."""
+    profile = {**PROFILE, "host": HOST, "token_time": {"tokens": [8, 16, 64, 256, 1024],
+                                                       "seconds": [1e-4, 4.3e-3, 4.9e-3, 8.5e-3, 8.4e-3]}}
+    options = CostConfig()
+    model = ProfileCostModel(parse_profile(yaml.safe_dump(profile), "test"), DraftCost.default(132), options)
+    rng = np.random.default_rng(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2000):
+            seqs = int(rng.integers(1, 65))
+            tokens = int(rng.integers(seqs, 4000))
+            terms = BatchTerms(seqs, tokens, int(rng.integers(1, min(tokens, 700) + 1)), float(rng.integers(0, 10 ** 6)),
+                               float(rng.integers(0, 10 ** 6)), float(rng.integers(0, 10 ** 8)) + 0.5,
+                               float(rng.integers(0, 10 ** 9)), int(rng.integers(0, 3000)), 0, 0)
+            assert model.step_time_terms(terms) == _reference_step(profile, options, terms)
