@@ -22,6 +22,7 @@ import bisect
 from typing import Mapping
 
 import numpy as np
+from numba import njit
 
 from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
@@ -45,6 +46,19 @@ def _k_eff(t: BatchTerms) -> tuple[int, float]:
     return b, (t.num_tokens - b) / b
 
 
+@njit(cache=True)
+def linear_gamma_step_time(p, num_seqs, num_tokens):
+    """``LinearGammaCostModel``'s step seconds from its ``params`` (0 for an empty batch); compiled, for
+    the compiled spans price with it too."""
+    if num_seqs == 0:
+        return 0.0
+    n, m = int(p[0]), int(p[1])
+    tb_x, tb_y, g_x, g_y = p[2:2 + n], p[2 + n:2 + 2 * n], p[2 + 2 * n:2 + 2 * n + m], p[2 + 2 * n + m:2 + 2 * n + 2 * m]
+    b = float(num_seqs)
+    k_eff = (num_tokens - num_seqs) / num_seqs
+    return np.interp(b, tb_x, tb_y) * (1.0 + np.interp(b, g_x, g_y) * k_eff)
+
+
 class LinearGammaCostModel(TermsCostModel):
     """``T = t_base(B) * (1 + gamma(B) * K_eff)``, drafting ``draft_cost_s``; see the module docstring."""
 
@@ -55,13 +69,11 @@ class LinearGammaCostModel(TermsCostModel):
         self._tb = _table_over_b(t_base_s, "t_base_s", positive=True)
         self._g = _table_over_b(gamma, "gamma", positive=False)
         self.draft_cost_s = draft_cost_s
+        # What ``linear_gamma_step_time`` reads (and the compiled spans): the two tables' sizes, then each's B and values.
+        self.params = np.array([len(self._tb[0]), len(self._g[0]), *self._tb[0], *self._tb[1], *self._g[0], *self._g[1]])
 
     def step_time_terms(self, t: BatchTerms) -> float:
-        if t.num_seqs == 0:
-            return 0.0
-        b, k_eff = _k_eff(t)
-        t_base = float(np.interp(b, *self._tb))
-        return t_base * (1.0 + float(np.interp(b, *self._g)) * k_eff)
+        return linear_gamma_step_time(self.params, t.num_seqs, t.num_tokens)
 
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         return self.draft_cost_s

@@ -184,7 +184,9 @@ def table_draft(tables, rid, committed, k):
 def draft_seconds(d, a, n, k, num):
     """``Executor._draft_time`` of the step's ``num`` drafting rows: ``DraftCost.time`` at the
     oracle's ``state_size`` (their mean history length, floored), or a measured profile's host
-    drafting terms (``ProfileCostModel.draft_time``)."""
+    drafting terms (``ProfileCostModel.draft_time``), or ``linear_gamma``'s ``draft_cost_s`` a step."""
+    if not np.isnan(d.draft_fixed):
+        return d.draft_fixed
     drafting, rows, rid, generated, o_plen = d.drafting, a.rows, a.rid, a.generated, d.o_plen
     total = 0
     for i in range(n):

@@ -17,6 +17,7 @@ from numba.experimental import structref
 
 from specplan.acceptance.oracles import SurvivalOracle
 from specplan.cost_models.draft import GPU_DRAFTERS, HOST_SPEEDUP, DraftCost
+from specplan.cost_models.simple import LinearGammaCostModel
 from specplan.simulator.control import GATE_DENOMINATORS, update_draft_len
 from specplan.simulator.paths import PATHS
 from specplan.simulator.state import N_ACTIVE
@@ -41,6 +42,7 @@ DRAFT_FIELDS = (
     "log_pool", "draft_lens", "host_cols", "speedup", "sa", "sa_batch", "sa_seconds", "gate_ring", "gate_total",
     "gate_counts", "threshold", "feeds_gate", "overlap", "denominator", "drafting", "drafted", "accepted",
     "pending_accepted", "ints", "floats", "samples", "survival", "u", "u_base", "u_meta", "curve", "host_draft",
+    "draft_fixed",
 )
 
 
@@ -61,15 +63,17 @@ def drafter_for(ex):
     """An executor's ``Drafter`` when its drafting iterations can run in spans (beside
     ``span.spans``' own conditions), else None: one replica, a ``TableOracle`` whose ``limit`` rule
     ``draft_span.table_draft`` knows, or a ``SurvivalOracle`` (alpha, per-position and length
-    distributions), no SA enhancer, drafting priced by the roofline's ``DraftCost`` for a model-free
-    drafter, and every K the schedule gives within the accepted histogram."""
+    distributions), no SA enhancer, a cost the spans price (``span_state.span_pricing``) with its
+    drafting from ``DraftCost`` (or ``linear_gamma``'s per-step cost) for a model-free drafter, and
+    every K the schedule gives within the accepted histogram."""
     oracle, cost = ex.oracle, ex.cost
     if ex.stepper is not None or ex.s.sa_enhancer:
         return None
     if type(oracle) is not SurvivalOracle and (not getattr(oracle, "precomputed", False)
                                              or _limit_rule(oracle) is None):
         return None
-    if ex._span_cost is None or type(cost.draft) is not DraftCost:
+    fixed = type(cost) is LinearGammaCostModel  # (its drafting: draft_cost_s a step)
+    if ex._span_cost is None or not (fixed or type(getattr(cost, "draft", None)) is DraftCost):
         return None
     if ex.s.drafter not in GPU_DRAFTERS and ex.s.drafter not in HOST_SPEEDUP:
         return None
@@ -92,11 +96,29 @@ def _k_tables(ex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return table, np.asarray(bounds, dtype=np.int64), np.array(update, dtype=np.int64)
 
 
-def _host_draft(ex) -> np.ndarray:
-    # A measured profile's host drafting terms where ``ProfileCostModel.draft_time`` takes them, else
-    # none (the roofline has no such method): ``DraftCost`` prices the drafting.
-    terms = getattr(ex.cost, "host_draft_terms", lambda drafter: None)(ex.s.drafter)
-    return np.zeros(0) if terms is None else np.array(terms, dtype=float)
+def _draft_cost_fields(ex) -> dict:
+    # What ``draft_span.draft_seconds`` reads: ``linear_gamma``'s draft_cost_s a step (``draft_fixed``;
+    # NaN where another cost prices the drafting), a measured profile's host drafting terms where
+    # ``ProfileCostModel.draft_time`` takes them (``host_draft``; the roofline has no such method),
+    # and ``DraftCost``'s interpolation tables, built as it builds them.
+    cost, drafter = ex.cost, ex.s.drafter
+    if type(cost) is LinearGammaCostModel:
+        return {**dict(zip(_COST_FIELDS, inert_values(_COST_FIELDS))), "draft_fixed": float(cost.draft_cost_s)}
+    host, sa, draft = cost.draft.section.ngram_host, cost.draft.section.sa_kernel, cost.draft
+    terms = getattr(cost, "host_draft_terms", lambda drafter: None)(drafter)
+    return {
+        "log_pool": np.log10(np.asarray(host.pool_entries, dtype=float)),
+        "draft_lens": np.asarray(host.draft_len, dtype=float),
+        "host_cols": np.ascontiguousarray(np.asarray(host.seconds_per_request, dtype=float).T),
+        "speedup": float(HOST_SPEEDUP.get(drafter, 1.0)),
+        "sa": np.array([sa.base_s, draft.sm_count, sa.size_doubling_factor, sa.reference_size], dtype=float),
+        "sa_batch": np.asarray(sa.batch if sa.batch is not None else [], dtype=float),
+        "sa_seconds": np.asarray(sa.seconds if sa.seconds is not None else [], dtype=float),
+        "host_draft": np.zeros(0) if terms is None else np.array(terms, dtype=float), "draft_fixed": np.nan,
+    }
+
+
+_COST_FIELDS = ("log_pool", "draft_lens", "host_cols", "speedup", "sa", "sa_batch", "sa_seconds", "host_draft")
 
 
 def _limit_rule(oracle):
@@ -124,8 +146,6 @@ class Drafter:
     def __init__(self, ex, k_table: np.ndarray, bounds: np.ndarray, k_update: np.ndarray) -> None:
         s, oracle, rules = ex.s, ex.oracle, PATHS[ex.s.path]
         self.uniforms = oracle._uniforms if type(oracle) is SurvivalOracle else None
-        draft = ex.cost.draft
-        host, sa = draft.section.ngram_host, draft.section.sa_kernel
         rows = max(s.max_batch_size, 1)
         gate = ex.gate or ex.legacy_gate
         ring, total, counts = (gate.ring, gate.total, gate.counts) if gate is not None else (
@@ -141,15 +161,7 @@ class Drafter:
             "max_model_len": -1 if s.max_model_len is None else int(s.max_model_len),
             "ngram_skip": s.max_model_len is not None and s.drafter == "vllm_ngram",
             "num_spec_tokens": int(s.max_draft_len), "sa_kernel": s.drafter in GPU_DRAFTERS,
-            # DraftCost's interpolation tables, built as it builds them.
-            "log_pool": np.log10(np.asarray(host.pool_entries, dtype=float)),
-            "draft_lens": np.asarray(host.draft_len, dtype=float),
-            "host_cols": np.ascontiguousarray(np.asarray(host.seconds_per_request, dtype=float).T),
-            "speedup": float(HOST_SPEEDUP.get(s.drafter, 1.0)),
-            "sa": np.array([sa.base_s, draft.sm_count, sa.size_doubling_factor, sa.reference_size], dtype=float),
-            "sa_batch": np.asarray(sa.batch if sa.batch is not None else [], dtype=float),
-            "sa_seconds": np.asarray(sa.seconds if sa.seconds is not None else [], dtype=float),
-            "host_draft": _host_draft(ex),
+            **_draft_cost_fields(ex),
             "gate_ring": ring, "gate_total": total, "gate_counts": counts,
             "threshold": float(ex.gate.threshold) if ex.gate is not None else 0.0, "feeds_gate": ex.gate is not None,
             "overlap": bool(s.overlap_scheduler), "denominator": GATE_DENOMINATORS[s.gate_denominator],
@@ -210,8 +222,9 @@ class Drafter:
             ex.gate.record(float(floats[BAD_SAMPLE]))
 
 
-def inert_values() -> list:
-    """``DRAFT_FIELDS`` of an executor whose spans never draft (``on`` False), typed as a drafter's."""
+def inert_values(names=DRAFT_FIELDS) -> list:
+    """``names`` (by default ``DRAFT_FIELDS``) of an executor whose spans never draft (``on`` False),
+    typed as a drafter's."""
     i, f, b = np.zeros(SAMPLES + 1, dtype=np.int64), np.zeros(2), np.zeros(1, dtype=bool)
     values = {name: 0 for name in DRAFT_FIELDS}
     values.update({name: False for name in ("on", "k_from_scheduled", "batch_gate", "drafts_at_prefill",
@@ -219,9 +232,9 @@ def inert_values() -> list:
     values.update({name: i for name in ("bounds", "k_update", "off", "row_of", "o_plen", "o_olen", "max_new_tokens",
                                         "drafted", "accepted", "pending_accepted", "gate_counts", "ints")})
     values.update({name: f for name in ("log_pool", "draft_lens", "sa", "sa_batch", "sa_seconds", "gate_ring",
-                                        "gate_total", "floats", "samples", "host_draft")})
+                                        "gate_total", "floats", "samples")})
     values.update({"k_table": np.zeros((1, 1), dtype=np.int64), "host_cols": np.zeros((1, 1)), "drafting": b,
-                   "speedup": 1.0, "threshold": 0.0, "tables": np.zeros((1, 1, 3), dtype=np.int32),
+                   "speedup": 1.0, "threshold": 0.0, "draft_fixed": np.nan, "tables": np.zeros((1, 1, 3), dtype=np.int32),
                    "survival": False, "u": np.zeros(1, dtype=np.float32), "u_meta": np.zeros((1, 2), dtype=np.int64),
-                   "curve": f})
-    return [values[name] for name in DRAFT_FIELDS]
+                   "curve": f, "host_draft": np.zeros(0)})
+    return [values[name] for name in names]

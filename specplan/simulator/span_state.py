@@ -18,6 +18,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from specplan.cost_models.roofline import RooflineCostModel
+from specplan.cost_models.simple import LinearGammaCostModel
 from specplan.simulator import closed_loop, draft_state, state
 from specplan.simulator.closed_loop import CLOSED, ClosedLoop, owns_clients
 from specplan.simulator.control import V1_BUDGET, placeholder_charge
@@ -26,7 +27,7 @@ from specplan.simulator.open_loop import OPEN, OpenLoop, owns_arrivals
 from specplan.simulator.open_loop import arrays as open_loop_arrays
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
 
-ROOFLINE, PROFILE = range(2)  # ``span_pricing``'s kinds
+ROOFLINE, PROFILE, LINEAR_GAMMA = range(3)  # ``span_pricing``'s kinds
 
 #: What a replica's spans read and write that stays the same object from call to call: the request
 #: state, the step buffers, the logs and the settings. One ``SpanState`` passes them all: a call
@@ -151,11 +152,15 @@ def drafter_state(*fields):
 
 def span_pricing(cost) -> Optional[tuple[int, np.ndarray, np.ndarray]]:
     """``(kind, parameters, outside)`` of a cost model whose steps the compiled spans price: the
-    roofline (``ROOFLINE``, its coefficients) or a measured profile (``PROFILE``,
+    roofline (``ROOFLINE``, its coefficients), a measured profile (``PROFILE``,
     ``ProfileCostModel.params``, and its ``outside`` notes of steps outside the measured range, shared
-    by every replica it prices); None for any other, a subclass included (it may price otherwise)."""
+    by every replica it prices) or ``linear_gamma`` (``LINEAR_GAMMA``, its tables); None for any
+    other, a subclass included (it may price otherwise)."""
+    unused = np.full((2, 3), np.nan)
     if type(cost) is RooflineCostModel:
-        return ROOFLINE, cost.coefficients, np.full((2, 3), np.nan)
+        return ROOFLINE, cost.coefficients, unused
+    if type(cost) is LinearGammaCostModel:
+        return LINEAR_GAMMA, cost.params, unused
     # (a ProfileCostModel exists only once its module is loaded: looked up, not imported, for the
     # profile schemas load only when a profile is asked for)
     profile = sys.modules.get("specplan.cost_models.profile")

@@ -1,8 +1,13 @@
-"""A measured profile priced in the compiled spans (``cost_models/profile_step.py``) against every step
-through SimPy and Python one at a time (``Executor._spans`` forced off): the same tables, summary and
-range warnings, in the same order, bit for bit: draft-free (open loop in the spans, closed loop, a
-fleet), drafting (SA's kernel from the draft table, vLLM n-gram on the profile's host terms) and
-parametric acceptance; and the step time itself by hand."""
+"""Costs priced in the compiled spans besides the roofline, against every step through SimPy and
+Python one at a time (``Executor._spans`` forced off): the same tables, summary and (a measured
+profile's) range warnings in the same order, bit for bit.
+
+- A measured profile (``cost_models/profile_step.py``): draft-free (open loop in the spans, a fleet),
+  drafting (SA's kernel from the draft table, vLLM n-gram on the profile's host terms) and parametric
+  acceptance; its step time by hand and against the formula in plain Python floats.
+- ``linear_gamma`` (``simple.linear_gamma_step_time``): drafting with its per-step drafting cost,
+  draft-free in a fleet; its step time against the formula in numpy.
+"""
 
 from __future__ import annotations
 
@@ -70,9 +75,8 @@ def _run(cfg, monkeypatch, step_at_a_time: bool):
     return result, [str(w.message) for w in caught if "measured range" in str(w.message)]
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_profile_spans_match_one_step_at_a_time(name, tmp_path, monkeypatch, count_calls):
-    cfg = _config(tmp_path, *CASES[name])
+def _assert_spans_match(cfg, monkeypatch, count_calls):
+    # Every step of the fast run in a span, none of the slow one; the same tables, summary and warnings.
     commits = count_calls(Executor, "_commit")  # a step through Python
     fast, fast_warned = _run(cfg, monkeypatch, False)
     assert not commits, "every step should have run in a span"
@@ -81,7 +85,14 @@ def test_profile_spans_match_one_step_at_a_time(name, tmp_path, monkeypatch, cou
     for table in ("requests", "iterations", "emissions"):
         pd.testing.assert_frame_equal(getattr(fast, table), getattr(slow, table), check_exact=True)
     assert fast.summary == slow.summary
-    assert fast_warned == slow_warned and len(slow_warned) >= 2  # the prompts and contexts outside the range
+    assert fast_warned == slow_warned
+    return fast, fast_warned
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_profile_spans_match_one_step_at_a_time(name, tmp_path, monkeypatch, count_calls):
+    _, warned = _assert_spans_match(_config(tmp_path, *CASES[name]), monkeypatch, count_calls)
+    assert len(warned) >= 2  # the prompts and contexts outside the range
 
 
 def test_step_time_by_hand():
@@ -153,3 +164,38 @@ def test_compiled_step_time_is_the_formula_to_the_bit():
                                float(rng.integers(0, 10 ** 6)), float(rng.integers(0, 10 ** 8)) + 0.5,
                                float(rng.integers(0, 10 ** 9)), int(rng.integers(0, 3000)), 0, 0)
             assert model.step_time_terms(terms) == _reference_step(profile, options, terms)
+
+
+LINEAR_GAMMA = {"model": "linear_gamma", "t_base_s": {1: 0.008, 16: 0.010, 64: 0.014}, "gamma": {1: 0.02, 64: 0.5},
+                "draft_cost_s": 0.0007}
+GAMMA_CASES = {
+    "sa-alpha": {"acceptance": {"mode": "alpha", "alpha": 0.7}},
+    "sa-drafter-gate-trips": {"speculation": {"acceptance_rate_window_size": 10, "acceptance_rate_threshold": 0.5}},
+    "vllm-ngram": {"engine": {"engine": "vllm"}, "speculation": VLLM_NGRAM},
+    "no-speculation-fleet": {"speculation": NONE, "workload": {"arrival": "poisson", "rate": 30.0},
+                             "cluster": {"replicas": 3, "router": "least_outstanding"}},
+}
+
+
+@pytest.mark.parametrize("name", GAMMA_CASES)
+def test_linear_gamma_spans_match_one_step_at_a_time(name, monkeypatch, count_calls):
+    data = {key: dict(value) for key, value in BASE.items() if isinstance(value, dict)} | {"seed": BASE["seed"]}
+    for key, value in GAMMA_CASES[name].items():
+        data[key] = {**data.get(key, {}), **value}
+    fast, _ = _assert_spans_match(build_config({**data, "cost": LINEAR_GAMMA}), monkeypatch, count_calls)
+    assert (fast.summary["gate_tripped_iteration"] is not None) == ("trips" in name)
+
+
+def test_linear_gamma_step_time_is_the_formula_to_the_bit():
+    """T = t_base(B) (1 + gamma(B) K_eff), K_eff = (tokens - B) / B, with numpy's interp clamped at the
+    tables' ends, on 2,000 random batches inside and past both ends: equal exactly."""
+    from specplan.cost_models.simple import LinearGammaCostModel
+
+    model = LinearGammaCostModel(LINEAR_GAMMA["t_base_s"], LINEAR_GAMMA["gamma"])
+    bs, tbs, gbs = [1.0, 16.0, 64.0], [0.008, 0.010, 0.014], [1.0, 64.0]
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        seqs = int(rng.integers(1, 200))
+        tokens = seqs + int(rng.integers(0, 5000))
+        want = float(np.interp(seqs, bs, tbs)) * (1.0 + float(np.interp(seqs, gbs, [0.02, 0.5])) * ((tokens - seqs) / seqs))
+        assert model.step_time_terms(BatchTerms(seqs, tokens, seqs, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)) == want
