@@ -5,8 +5,8 @@ profile's) range warnings in the same order, bit for bit.
 - A measured profile (``cost_models/profile_step.py``): draft-free (open loop in the spans, a fleet),
   drafting (SA's kernel from the draft table, vLLM n-gram on the profile's host terms) and parametric
   acceptance; its step time by hand and against the formula in plain Python floats.
-- ``linear_gamma`` (``simple.linear_gamma_step_time``): drafting with its per-step drafting cost,
-  draft-free in a fleet; its step time against the formula in numpy.
+- ``linear_gamma``, ``table`` and ``linear`` (``cost_models.compiled``): drafting with each one's
+  drafting cost, draft-free in a fleet; their step times against the formulas in numpy.
 """
 
 from __future__ import annotations
@@ -168,7 +168,11 @@ def test_compiled_step_time_is_the_formula_to_the_bit():
 
 LINEAR_GAMMA = {"model": "linear_gamma", "t_base_s": {1: 0.008, 16: 0.010, 64: 0.014}, "gamma": {1: 0.02, 64: 0.5},
                 "draft_cost_s": 0.0007}
-GAMMA_CASES = {
+TABLE = {"model": "table", "table_s": {2: {0: 0.008, 4: 0.011}, 4: {1: 0.0095}, 8: {0: 0.009, 2: 0.0105, 8: 0.02}}}
+LINEAR = {"model": "linear", "linear_coefficients": {"c0_s": 0.006, "c_tok_s": 2e-6, "c_kv_s": 3e-9, "c_seq_s": 4e-5}}
+SIMPLE_COSTS = {"linear_gamma": LINEAR_GAMMA, "table": TABLE, "linear-draft-fraction": {**LINEAR, "draft_fraction": 0.15},
+                "linear-draft-table": LINEAR}
+SIMPLE_CASES = {
     "sa-alpha": {"acceptance": {"mode": "alpha", "alpha": 0.7}},
     "sa-drafter-gate-trips": {"speculation": {"acceptance_rate_window_size": 10, "acceptance_rate_threshold": 0.5}},
     "vllm-ngram": {"engine": {"engine": "vllm"}, "speculation": VLLM_NGRAM},
@@ -177,12 +181,15 @@ GAMMA_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", GAMMA_CASES)
-def test_linear_gamma_spans_match_one_step_at_a_time(name, monkeypatch, count_calls):
+@pytest.mark.parametrize("cost", SIMPLE_COSTS)
+@pytest.mark.parametrize("name", SIMPLE_CASES)
+def test_simple_costs_span_as_one_step_at_a_time(cost, name, monkeypatch, count_calls):
+    """``linear_gamma`` (its drafting ``draft_cost_s`` a step), ``table`` (drafting folded in) and
+    ``linear`` (drafting a fraction of the verify step, or priced by the draft table)."""
     data = {key: dict(value) for key, value in BASE.items() if isinstance(value, dict)} | {"seed": BASE["seed"]}
-    for key, value in GAMMA_CASES[name].items():
+    for key, value in SIMPLE_CASES[name].items():
         data[key] = {**data.get(key, {}), **value}
-    fast, _ = _assert_spans_match(build_config({**data, "cost": LINEAR_GAMMA}), monkeypatch, count_calls)
+    fast, _ = _assert_spans_match(build_config({**data, "cost": SIMPLE_COSTS[cost]}), monkeypatch, count_calls)
     assert (fast.summary["gate_tripped_iteration"] is not None) == ("trips" in name)
 
 
@@ -199,3 +206,36 @@ def test_linear_gamma_step_time_is_the_formula_to_the_bit():
         tokens = seqs + int(rng.integers(0, 5000))
         want = float(np.interp(seqs, bs, tbs)) * (1.0 + float(np.interp(seqs, gbs, [0.02, 0.5])) * ((tokens - seqs) / seqs))
         assert model.step_time_terms(BatchTerms(seqs, tokens, seqs, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)) == want
+
+
+def test_table_and_linear_step_times_are_the_formulas_to_the_bit():
+    """``table``: linear in K within the rows at or below and above B (a one-K row constant), then in B,
+    clamped at every end; ``linear``: c0 + c_tok N + c_kv KV + c_seq B, times 1.15 when rows verify.
+    2,000 random batches each, against numpy and plain Python floats: equal exactly."""
+    from specplan.cost_models.draft import DraftCost
+    from specplan.cost_models.linear import LinearCoefficients, LinearCostModel
+    from specplan.cost_models.simple import TableCostModel
+
+    table = TableCostModel(TABLE["table_s"])
+    rows = {b: ([float(k) for k in sorted(r)], [r[k] for k in sorted(r)]) for b, r in TABLE["table_s"].items()}
+    bs = sorted(rows)
+
+    def by_table(b, k_eff):
+        at = [x for x in bs if x <= b]
+        if not at or at[-1] == bs[-1]:
+            return float(np.interp(k_eff, *rows[at[-1] if at else bs[0]]))
+        lo, hi = at[-1], bs[bs.index(at[-1]) + 1]
+        t_lo, t_hi = float(np.interp(k_eff, *rows[lo])), float(np.interp(k_eff, *rows[hi]))
+        return t_lo + (t_hi - t_lo) * (b - lo) / (hi - lo)
+
+    c = LINEAR["linear_coefficients"]
+    linear = LinearCostModel(LinearCoefficients.from_mapping(c), DraftCost.default(132), draft_fraction=0.15)
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        seqs = int(rng.integers(1, 12))
+        tokens = seqs + int(rng.integers(0, 80))
+        kv, verify = int(rng.integers(0, 10 ** 6)), int(rng.integers(0, 2)) * int(rng.integers(1, seqs + 1))
+        terms = BatchTerms(seqs, tokens, seqs, 0.0, 0.0, 0.0, 0.0, 0, kv, verify)
+        assert table.step_time_terms(terms) == by_table(seqs, (tokens - seqs) / seqs)
+        want = c["c0_s"] + c["c_tok_s"] * tokens + c["c_kv_s"] * float(kv) + c["c_seq_s"] * seqs
+        assert linear.step_time_terms(terms) == (want * (1.0 + 0.15) if verify else want)

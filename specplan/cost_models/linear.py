@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
+from numba import njit
 
 from specplan.cost_models.draft import DraftCost
 from specplan.cost_models.terms import BatchTerms, TermsCostModel
@@ -63,6 +64,18 @@ def fit_linear_csv(path: str | Path) -> LinearCoefficients:
     return fit_linear(pts["num_tokens"], pts["batch"] * pts["context"], pts["batch"], pts["seconds"])
 
 
+@njit(cache=True)
+def linear_step_time(p, num_seqs, num_tokens, context_tokens, verify_rows):
+    """``LinearCostModel``'s step seconds from its ``params`` (0 for an empty batch); compiled, for the
+    compiled spans price with it too."""
+    if num_seqs == 0:
+        return 0.0
+    t = p[0] + p[1] * num_tokens + p[2] * float(context_tokens) + p[3] * num_seqs
+    if p[4] and verify_rows:
+        t *= 1.0 + p[4]
+    return t
+
+
 class LinearCostModel(TermsCostModel):
     """``c0 + c_tok N + c_kv KV + c_seq B``, optionally times ``1 + draft_fraction`` when verifying."""
 
@@ -73,15 +86,13 @@ class LinearCostModel(TermsCostModel):
         self.c = coefficients
         self.draft = draft
         self.draft_fraction = draft_fraction
+        # What ``linear_step_time`` reads (and the compiled spans): the four coefficients, then the
+        # verify step's drafting fraction (0: none).
+        c = coefficients
+        self.params = np.array([c.c0_s, c.c_tok_s, c.c_kv_s, c.c_seq_s, draft_fraction or 0.0])
 
     def step_time_terms(self, b: BatchTerms) -> float:
-        if b.num_seqs == 0:
-            return 0.0
-        c = self.c
-        t = c.c0_s + c.c_tok_s * b.num_tokens + c.c_kv_s * float(b.context_tokens) + c.c_seq_s * b.num_seqs
-        if self.draft_fraction and b.verify_rows:
-            t *= 1.0 + self.draft_fraction
-        return t
+        return linear_step_time(self.params, b.num_seqs, b.num_tokens, b.context_tokens, b.verify_rows)
 
     def draft_time(self, drafter: str, num_requests: int, k: int, pool_entries: int = 0) -> float:
         """0 when drafting is a fraction of the step; else ``DraftCost``."""

@@ -18,7 +18,6 @@ The ``table`` model's round cost already includes drafting, so its ``draft_time`
 
 from __future__ import annotations
 
-import bisect
 from typing import Mapping
 
 import numpy as np
@@ -41,11 +40,6 @@ def _table_over_b(value: float | Mapping[int, float], field: str, positive: bool
     return np.array([float(b) for b, _ in items]), np.array([float(v) for _, v in items])
 
 
-def _k_eff(t: BatchTerms) -> tuple[int, float]:
-    b = t.num_seqs
-    return b, (t.num_tokens - b) / b
-
-
 @njit(cache=True)
 def linear_gamma_step_time(p, num_seqs, num_tokens):
     """``LinearGammaCostModel``'s step seconds from its ``params`` (0 for an empty batch); compiled, for
@@ -59,6 +53,27 @@ def linear_gamma_step_time(p, num_seqs, num_tokens):
     return np.interp(b, tb_x, tb_y) * (1.0 + np.interp(b, g_x, g_y) * k_eff)
 
 
+@njit(cache=True)
+def table_step_time(p, num_seqs, num_tokens):
+    """``TableCostModel``'s step seconds from its ``params`` (0 for an empty batch): linear in K within
+    the rows of the B at or below and above, then linear in B; clamped at the ends. Compiled, for the
+    compiled spans price with it too."""
+    if num_seqs == 0:
+        return 0.0
+    nb = int(p[0])
+    bs, starts = p[1:1 + nb], p[1 + nb:2 + 2 * nb]
+    total = int(starts[nb])
+    ks, ts = p[2 + 2 * nb:2 + 2 * nb + total], p[2 + 2 * nb + total:2 + 2 * nb + 2 * total]
+    b, k_eff = float(num_seqs), (num_tokens - num_seqs) / num_seqs
+    i = np.searchsorted(bs, b, side="right") - 1
+    if i < 0 or i == nb - 1:
+        j = max(i, 0)
+        return np.interp(k_eff, ks[int(starts[j]):int(starts[j + 1])], ts[int(starts[j]):int(starts[j + 1])])
+    t_lo = np.interp(k_eff, ks[int(starts[i]):int(starts[i + 1])], ts[int(starts[i]):int(starts[i + 1])])
+    t_hi = np.interp(k_eff, ks[int(starts[i + 1]):int(starts[i + 2])], ts[int(starts[i + 1]):int(starts[i + 2])])
+    return t_lo + (t_hi - t_lo) * (b - bs[i]) / (bs[i + 1] - bs[i])
+
+
 class LinearGammaCostModel(TermsCostModel):
     """``T = t_base(B) * (1 + gamma(B) * K_eff)``, drafting ``draft_cost_s``; see the module docstring."""
 
@@ -69,7 +84,8 @@ class LinearGammaCostModel(TermsCostModel):
         self._tb = _table_over_b(t_base_s, "t_base_s", positive=True)
         self._g = _table_over_b(gamma, "gamma", positive=False)
         self.draft_cost_s = draft_cost_s
-        # What ``linear_gamma_step_time`` reads (and the compiled spans): the two tables' sizes, then each's B and values.
+        # What ``linear_gamma_step_time`` reads (and the compiled spans): the two tables' sizes, then
+        # each's Bs and values.
         self.params = np.array([len(self._tb[0]), len(self._g[0]), *self._tb[0], *self._tb[1], *self._g[0], *self._g[1]])
 
     def step_time_terms(self, t: BatchTerms) -> float:
@@ -102,17 +118,14 @@ class TableCostModel(TermsCostModel):
             self._b.append(float(b))
             self._rows.append((np.array(ks, dtype=float), np.array([row[k] for k in ks], dtype=float)))
 
+        # What ``table_step_time`` reads (and the compiled spans): the B count, the Bs, where each row
+        # starts among the Ks (and one past the last), then every row's Ks and its seconds.
+        starts = np.cumsum([0] + [len(ks) for ks, _ in self._rows])
+        self.params = np.array([len(self._b), *self._b, *starts, *np.concatenate([ks for ks, _ in self._rows]),
+                                *np.concatenate([ts for _, ts in self._rows])], dtype=np.float64)
+
     def step_time_terms(self, t: BatchTerms) -> float:
-        if t.num_seqs == 0:
-            return 0.0
-        b, k_eff = _k_eff(t)
-        i = bisect.bisect_right(self._b, b) - 1
-        if i < 0 or i == len(self._b) - 1:
-            return float(np.interp(k_eff, *self._rows[max(i, 0)]))
-        lo, hi = self._b[i], self._b[i + 1]
-        t_lo = float(np.interp(k_eff, *self._rows[i]))
-        t_hi = float(np.interp(k_eff, *self._rows[i + 1]))
-        return t_lo + (t_hi - t_lo) * (b - lo) / (hi - lo)
+        return table_step_time(self.params, t.num_seqs, t.num_tokens)
 
     def describe(self) -> str:
         return f"table: step seconds by (B, K) at B {[int(b) for b in self._b]}, bilinear, clamped; drafting folded in"

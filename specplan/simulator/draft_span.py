@@ -6,8 +6,8 @@ acceptances can be read in compiled code, in any order. A ``SurvivalOracle`` (al
 length distribution) keeps only per-request state too: each request's step count and its block of
 a uniform stream, drawn into a window (``oracles._PerRequestUniforms``) that Python draws again
 between spans where it misses an active request (``window_covers``, at each loop top). When the
-executor runs such an oracle on one replica, priced by the roofline or a measured profile
-(``span_state.span_pricing``) with ``DraftCost`` drafting or the profile's host terms,
+executor runs such an oracle on one replica, priced by a built-in cost model
+(``cost_models.compiled``) with ``DraftCost`` drafting, the profile's host terms or a constant a step,
 every iteration goes through ``span.run_span``, which calls these functions around the compiled
 step, in the executor's order:
 
@@ -184,7 +184,8 @@ def table_draft(tables, rid, committed, k):
 def draft_seconds(d, a, n, k, num):
     """``Executor._draft_time`` of the step's ``num`` drafting rows: ``DraftCost.time`` at the
     oracle's ``state_size`` (their mean history length, floored), or a measured profile's host
-    drafting terms (``ProfileCostModel.draft_time``), or ``linear_gamma``'s ``draft_cost_s`` a step."""
+    drafting terms (``ProfileCostModel.draft_time``), or a constant a drafting step
+    (``compiled.fixed_draft_seconds``)."""
     if not np.isnan(d.draft_fixed):
         return d.draft_fixed
     drafting, rows, rid, generated, o_plen = d.drafting, a.rows, a.rid, a.generated, d.o_plen

@@ -17,7 +17,7 @@ from numba.experimental import structref
 
 from specplan.acceptance.oracles import SurvivalOracle
 from specplan.cost_models.draft import GPU_DRAFTERS, HOST_SPEEDUP, DraftCost
-from specplan.cost_models.simple import LinearGammaCostModel
+from specplan.cost_models.compiled import fixed_draft_seconds
 from specplan.simulator.control import GATE_DENOMINATORS, update_draft_len
 from specplan.simulator.paths import PATHS
 from specplan.simulator.state import N_ACTIVE
@@ -63,17 +63,17 @@ def drafter_for(ex):
     """An executor's ``Drafter`` when its drafting iterations can run in spans (beside
     ``span.spans``' own conditions), else None: one replica, a ``TableOracle`` whose ``limit`` rule
     ``draft_span.table_draft`` knows, or a ``SurvivalOracle`` (alpha, per-position and length
-    distributions), no SA enhancer, a cost the spans price (``span_state.span_pricing``) with its
-    drafting from ``DraftCost`` (or ``linear_gamma``'s per-step cost) for a model-free drafter, and
-    every K the schedule gives within the accepted histogram."""
+    distributions), no SA enhancer, a cost the spans price (``compiled.span_pricing``) with its
+    drafting from ``DraftCost`` or a constant a step (``compiled.fixed_draft_seconds``) for a
+    model-free drafter, and every K the schedule gives within the accepted histogram."""
     oracle, cost = ex.oracle, ex.cost
     if ex.stepper is not None or ex.s.sa_enhancer:
         return None
     if type(oracle) is not SurvivalOracle and (not getattr(oracle, "precomputed", False)
                                              or _limit_rule(oracle) is None):
         return None
-    fixed = type(cost) is LinearGammaCostModel  # (its drafting: draft_cost_s a step)
-    if ex._span_cost is None or not (fixed or type(getattr(cost, "draft", None)) is DraftCost):
+    if ex._span_cost is None or not (fixed_draft_seconds(cost) is not None
+                                     or type(getattr(cost, "draft", None)) is DraftCost):
         return None
     if ex.s.drafter not in GPU_DRAFTERS and ex.s.drafter not in HOST_SPEEDUP:
         return None
@@ -97,13 +97,14 @@ def _k_tables(ex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _draft_cost_fields(ex) -> dict:
-    # What ``draft_span.draft_seconds`` reads: ``linear_gamma``'s draft_cost_s a step (``draft_fixed``;
-    # NaN where another cost prices the drafting), a measured profile's host drafting terms where
+    # What ``draft_span.draft_seconds`` reads: a constant a drafting step (``draft_fixed``,
+    # ``compiled.fixed_draft_seconds``; NaN where another cost prices the drafting), a measured profile's host drafting terms where
     # ``ProfileCostModel.draft_time`` takes them (``host_draft``; the roofline has no such method),
     # and ``DraftCost``'s interpolation tables, built as it builds them.
     cost, drafter = ex.cost, ex.s.drafter
-    if type(cost) is LinearGammaCostModel:
-        return {**dict(zip(_COST_FIELDS, inert_values(_COST_FIELDS))), "draft_fixed": float(cost.draft_cost_s)}
+    fixed = fixed_draft_seconds(cost)
+    if fixed is not None:
+        return {**dict(zip(_COST_FIELDS, inert_values(_COST_FIELDS))), "draft_fixed": fixed}
     host, sa, draft = cost.draft.section.ngram_host, cost.draft.section.sa_kernel, cost.draft
     terms = getattr(cost, "host_draft_terms", lambda drafter: None)(drafter)
     return {

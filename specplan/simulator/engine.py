@@ -36,6 +36,7 @@ import simpy
 from specplan import memory
 from specplan.acceptance.oracles import AcceptanceOracle
 from specplan.cost_models.base import CostModel, StepBatch
+from specplan.cost_models.compiled import span_pricing
 from specplan.cost_models.terms import BatchTerms, TermsCostModel
 from specplan.errors import ConfigError
 from specplan.simulator import control, span, span_state, step
@@ -117,7 +118,7 @@ class Executor:
         self._span = self._of = self._lent = None  # the span_state.SpanState, arrays it was built of, arrays it borrows
         self._drafter = None  # its draft_state.Drafter once its drafting steps span (False: they never do)
         self.stepper, self.replica = None, 0  # in a fleet: its ``fleet_loop.Stepper`` and this replica's index
-        self._span_cost = span_state.span_pricing(cost)  # (spans price it compiled; others: Python every step)
+        self._span_cost = span_pricing(cost)  # (spans price it compiled; others: Python every step)
         self._prices_terms = isinstance(cost, TermsCostModel)  # every built-in model; a custom one gets the rows
         self._hears_commits = type(oracle).on_commit is not AcceptanceOracle.on_commit
         # The path's rules as the compiled step takes them.

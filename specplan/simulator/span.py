@@ -36,8 +36,7 @@ first (its commit needs no Python unless one of the stops above follows it). In 
 replicas' steps interleave, the pending step is held by the fleet's loop instead
 (``specplan.simulator.fleet_loop``), which calls ``run_span`` for each replica in turn.
 
-Only costs the compiled code can price (the roofline, a measured profile, ``linear_gamma``:
-``span_state.span_pricing``) span; a
+Only costs the compiled code can price (every built-in model: ``cost_models.compiled``) span; a
 profile's range warnings come when the span returns, in its steps' order. The clock each span
 advances is the one SimPy would have computed, step by step, so results are identical to running
 every step through it.
@@ -50,9 +49,7 @@ from typing import Optional
 import numpy as np
 from numba import njit
 
-from specplan.cost_models.profile_step import note_outside, profile_step_time
-from specplan.cost_models.roofline import roofline_step_time
-from specplan.cost_models.simple import linear_gamma_step_time
+from specplan.cost_models.compiled import PROFILE, step_seconds
 from specplan.errors import ConfigError
 from specplan.simulator import closed_loop, draft_state
 from specplan.simulator.closed_loop import CLOSED, VISIBLE
@@ -60,7 +57,7 @@ from specplan.simulator.draft_span import after_commit, before_schedule, draft_s
 from specplan.simulator.draft_state import SAMPLES, STEP_K, STEP_SPEC, TRIPPED
 from specplan.simulator.open_loop import MUST_ADMIT, RUNNING, SUBMITTED, loop_top, next_event, num_waiting, submit_during
 from specplan.simulator.scheduler import NOTHING_FITS_MESSAGE, schedule_step
-from specplan.simulator.span_state import LINEAR_GAMMA, PROFILE, span_charge, state_for
+from specplan.simulator.span_state import span_charge, state_for
 from specplan.simulator.state import N_ACTIVE, RELEASED
 from specplan.simulator.step import EMITTED, FINISHED, KV_GROWN, commit_step, price_step
 
@@ -75,7 +72,7 @@ def warn_outside(ex) -> None:
 
 def spans(ex) -> bool:
     """Whether an executor's steps run in compiled spans from now on (``Executor._spans``): the cost
-    is one ``span_state.span_pricing`` knows, nothing needs each step in Python (recorded batches, an oracle that
+    is one ``compiled.span_pricing`` knows, nothing needs each step in Python (recorded batches, an oracle that
     hears commits), and either no drafter will draft again (none, or a latched gate) and every step
     charges the same placeholders, or the drafter is one ``draft_span`` runs (its
     ``draft_state.Drafter``, made once, is kept on the executor)."""
@@ -224,15 +221,7 @@ def run_span(a, em_n, it_n, now, horizon, it, num_queued, resume_n, resume_start
                           num_blocks, block_size, resident, terms):
             status = KV_BROKEN
             break
-        if a.pricing == PROFILE:
-            note_outside(coefficients, a.outside, int(terms[1]), int(terms[2]), int(terms[7]))
-            step = profile_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
-                                     terms[5], terms[6])
-        elif a.pricing == LINEAR_GAMMA:
-            step = linear_gamma_step_time(coefficients, int(terms[0]), int(terms[1]))
-        else:
-            step = roofline_step_time(coefficients, int(terms[0]), int(terms[1]), int(terms[2]), terms[3], terms[4],
-                                      terms[5], terms[6])
+        step = step_seconds(a.pricing, coefficients, a.outside, terms)
         if a.slowdown > 0:
             step /= 1.0 - a.slowdown
         if num_drafting:

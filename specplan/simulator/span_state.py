@@ -1,12 +1,10 @@
 """What a replica's compiled spans read (``span.run_span``): its ``SpanState``, built from the executor
 (``state_of``) and kept until its arrays grow (``state_for``), with who sends its requests
-(``arrivals_for``), the placeholders a draft-free step charges (``span_charge``) and how its steps
-are priced (``span_pricing``)."""
+(``arrivals_for``) and the placeholders a draft-free step charges (``span_charge``)."""
 
 from __future__ import annotations
 
 import operator
-import sys
 from typing import Optional
 
 import numpy as np
@@ -17,8 +15,6 @@ from numba.experimental import structref
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
-from specplan.cost_models.roofline import RooflineCostModel
-from specplan.cost_models.simple import LinearGammaCostModel
 from specplan.simulator import closed_loop, draft_state, state
 from specplan.simulator.closed_loop import CLOSED, ClosedLoop, owns_clients
 from specplan.simulator.control import V1_BUDGET, placeholder_charge
@@ -26,8 +22,6 @@ from specplan.simulator.draft_state import DraftState
 from specplan.simulator.open_loop import OPEN, OpenLoop, owns_arrivals
 from specplan.simulator.open_loop import arrays as open_loop_arrays
 from specplan.simulator.prefix_cache import arrays as prefix_cache_arrays
-
-ROOFLINE, PROFILE, LINEAR_GAMMA = range(3)  # ``span_pricing``'s kinds
 
 #: What a replica's spans read and write that stays the same object from call to call: the request
 #: state, the step buffers, the logs and the settings. One ``SpanState`` passes them all: a call
@@ -148,25 +142,6 @@ def arrival_fields(arrivals) -> dict:
 def drafter_state(*fields):
     """A ``draft_state.DraftState`` of ``DRAFT_FIELDS``' values, its arrays borrowed as in ``span_state``."""
     return DraftState(*_borrowed(fields))
-
-
-def span_pricing(cost) -> Optional[tuple[int, np.ndarray, np.ndarray]]:
-    """``(kind, parameters, outside)`` of a cost model whose steps the compiled spans price: the
-    roofline (``ROOFLINE``, its coefficients), a measured profile (``PROFILE``,
-    ``ProfileCostModel.params``, and its ``outside`` notes of steps outside the measured range, shared
-    by every replica it prices) or ``linear_gamma`` (``LINEAR_GAMMA``, its tables); None for any
-    other, a subclass included (it may price otherwise)."""
-    unused = np.full((2, 3), np.nan)
-    if type(cost) is RooflineCostModel:
-        return ROOFLINE, cost.coefficients, unused
-    if type(cost) is LinearGammaCostModel:
-        return LINEAR_GAMMA, cost.params, unused
-    # (a ProfileCostModel exists only once its module is loaded: looked up, not imported, for the
-    # profile schemas load only when a profile is asked for)
-    profile = sys.modules.get("specplan.cost_models.profile")
-    if profile is not None and type(cost) is profile.ProfileCostModel:
-        return PROFILE, cost.params, cost.outside
-    return None
 
 
 def span_charge(ex) -> Optional[int]:
