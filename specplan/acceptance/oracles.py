@@ -122,8 +122,7 @@ class _PerRequestUniforms:
         it does (the compiled spans draw from it without leaving); True if it was drawn."""
         if not len(rids):
             return False
-        lo = int(self._meta[rids, _OFFSET].min())
-        hi = int((self._meta[rids, _OFFSET] + np.maximum(self._olen[rids], 1)).max())
+        lo, hi = _blocks(rids, self._meta, self._olen)
         if self._base <= lo and hi <= self._base + len(self._u):
             return False
         self._window(lo, hi)
@@ -147,16 +146,24 @@ _WINDOW = 1 << 22  # uniforms drawn at a time (16 MiB)
 def _draw_accepted(rids, committed, k, survival, u, base, meta, olen):
     # Drafted and accepted per row; when a row's uniforms lie outside u (from ``base``), nothing is
     # drawn: two empty arrays and the span of offsets the rows need.
-    lo, hi = np.iinfo(np.int64).max, 0
-    for i in range(len(rids)):
-        m = meta[rids[i]]
-        lo, hi = min(lo, m[_OFFSET]), max(hi, m[_OFFSET] + max(olen[rids[i]], 1))
+    lo, hi = _blocks(rids, meta, olen)
     if len(rids) and (lo < base or hi > base + len(u)):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), lo, hi
     drafted, accepted = np.empty(len(rids), dtype=np.int64), np.empty(len(rids), dtype=np.int64)
     for i in range(len(rids)):
         drafted[i], accepted[i] = survival_draw(u, base, meta, olen, survival, k, rids[i], committed[i])
     return drafted, accepted, lo, hi
+
+
+@njit(cache=True)
+def _blocks(rids, meta, olen):
+    # The offsets from the first of the requests' uniforms to one past their last (a request's block
+    # holds max(output_len, 1)).
+    lo, hi = np.iinfo(np.int64).max, 0
+    for i in range(len(rids)):
+        m = meta[rids[i]]
+        lo, hi = min(lo, m[_OFFSET]), max(hi, m[_OFFSET] + max(olen[rids[i]], 1))
+    return lo, hi
 
 
 @njit(cache=True)

@@ -98,9 +98,9 @@ def _k_tables(ex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _draft_cost_fields(ex) -> dict:
     # What ``draft_span.draft_seconds`` reads: a constant a drafting step (``draft_fixed``,
-    # ``compiled.fixed_draft_seconds``; NaN where another cost prices the drafting), a measured profile's host drafting terms where
-    # ``ProfileCostModel.draft_time`` takes them (``host_draft``; the roofline has no such method),
-    # and ``DraftCost``'s interpolation tables, built as it builds them.
+    # ``compiled.fixed_draft_seconds``; NaN where another cost prices the drafting), a measured
+    # profile's host drafting terms where ``ProfileCostModel.draft_time`` takes them (``host_draft``;
+    # the roofline has no such method), and ``DraftCost``'s interpolation tables, built as it builds them.
     cost, drafter = ex.cost, ex.s.drafter
     fixed = fixed_draft_seconds(cost)
     if fixed is not None:
@@ -119,6 +119,8 @@ def _draft_cost_fields(ex) -> dict:
     }
 
 
+_TABLE_FIELDS = ("off", "tables", "row_of", "limit_len", "max_new_tokens")  # a TableOracle's
+_SURVIVAL_FIELDS = ("survival", "u_meta", "curve")  # a SurvivalOracle's (its window: ``Drafter.values``)
 _COST_FIELDS = ("log_pool", "draft_lens", "host_cols", "speedup", "sa", "sa_batch", "sa_seconds", "host_draft")
 
 
@@ -178,14 +180,13 @@ class Drafter:
         # ``limit`` rule, or a ``SurvivalOracle``'s curve and step counts (its window, which moves,
         # is read in ``values``); the other kind's fields unused.
         if self.uniforms is not None:
-            unused = np.zeros(1, dtype=np.int64)
-            return {"off": unused, "tables": np.zeros((1, 1, 3), dtype=np.int32), "row_of": unused,
-                    "limit": LIMIT_K, "limit_len": 0, "max_new_tokens": unused, "survival": True,
-                    "u_meta": self.uniforms._meta, "curve": oracle.survival}
+            unused = dict(zip(_TABLE_FIELDS, inert_values(_TABLE_FIELDS)))
+            return {**unused, "limit": LIMIT_K, "survival": True, "u_meta": self.uniforms._meta,
+                    "curve": oracle.survival}
         off, tables, row_of = oracle.stacked_tables(ks)
         return {"off": off, "tables": tables, "row_of": row_of, "limit": _limit_rule(oracle),
                 "limit_len": int(oracle.settings.max_model_len or 0), "max_new_tokens": oracle.max_new_tokens,
-                "survival": False, "u_meta": np.zeros((1, 2), dtype=np.int64), "curve": np.zeros(1)}
+                **dict(zip(_SURVIVAL_FIELDS, inert_values(_SURVIVAL_FIELDS)))}
 
     @property
     def window(self):
